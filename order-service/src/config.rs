@@ -1,0 +1,52 @@
+//! order-service configuration, read from the environment. Every variable has a working
+//! local default; a malformed value stops the start with an error naming the variable.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use platform::config as env;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `HTTP_ADDR`: where the API listens.
+    pub http_addr: SocketAddr,
+    /// `DATABASE_URL`: the service's own database, created at start when missing.
+    pub database_url: String,
+    /// `DATABASE_MAX_CONNECTIONS`: pool size.
+    pub database_max_connections: u32,
+    /// `REDIS_URL`: idempotency token store.
+    pub redis_url: String,
+    /// `REDIS_KEY_PREFIX`: prepended to every Redis key, to share one Redis safely.
+    pub redis_key_prefix: String,
+    /// `AMQP_URL`: RabbitMQ, including the vhost.
+    pub amqp_url: String,
+    /// `ADMIN_TOKEN`: bearer token of the admin endpoints; unset refuses them all.
+    pub admin_token: Option<String>,
+    /// `INVENTORY_URL`: inventory-service, asked by reconciliation.
+    pub inventory_url: String,
+    /// `IDEMPOTENCY_TOKEN_TTL_SECS`: how long an issued token may be used.
+    pub idempotency_token_ttl: Duration,
+    /// `REQUEST_TIMEOUT_SECS`: a request running longer is answered 503.
+    pub request_timeout: Duration,
+}
+
+impl Config {
+    pub fn from_env() -> anyhow::Result<Self> {
+        let http_addr = env::string("HTTP_ADDR", "127.0.0.1:8080");
+        Ok(Self {
+            http_addr: http_addr
+                .parse()
+                .with_context(|| format!("HTTP_ADDR={http_addr:?} is not a socket address"))?,
+            database_url: env::string("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/orders"),
+            database_max_connections: env::parsed("DATABASE_MAX_CONNECTIONS", 20)?,
+            redis_url: env::string("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            redis_key_prefix: env::string("REDIS_KEY_PREFIX", ""),
+            amqp_url: env::string("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+            admin_token: env::optional("ADMIN_TOKEN"),
+            inventory_url: env::string("INVENTORY_URL", "http://127.0.0.1:8081"),
+            idempotency_token_ttl: env::secs("IDEMPOTENCY_TOKEN_TTL_SECS", 3600)?,
+            request_timeout: env::secs("REQUEST_TIMEOUT_SECS", 10)?,
+        })
+    }
+}

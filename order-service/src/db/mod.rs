@@ -1,0 +1,4 @@
+//! Named queries. Each takes `&mut PgConnection`, so it works alone or inside a transaction.
+
+pub mod idempotency;
+pub mod orders;

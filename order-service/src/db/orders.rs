@@ -1,0 +1,103 @@
+//! The `orders` table.
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use shared::events::{LineItem, RejectionReason};
+use shared::ids::{OrderId, UserId};
+use sqlx::PgConnection;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use crate::domain::{NewOrder, OrderStatus};
+
+/// An order as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OrderRow {
+    pub order_id: Uuid,
+    pub user_id: i64,
+    pub items: Json<Vec<LineItem>>,
+    pub amount: Decimal,
+    pub status: String,
+    pub rejection_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub async fn insert(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    order: &NewOrder,
+) -> sqlx::Result<OrderRow> {
+    sqlx::query_as(
+        "INSERT INTO orders (order_id, user_id, items, amount) VALUES ($1, $2, $3, $4) \
+         RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at",
+    )
+    .bind(order_id.0)
+    .bind(order.user_id.0)
+    .bind(Json(&order.items))
+    .bind(order.amount)
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Option<OrderRow>> {
+    sqlx::query_as(
+        "SELECT order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at \
+         FROM orders WHERE order_id = $1",
+    )
+    .bind(order_id.0)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Filters and position of one page of `GET /orders`.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub user_id: Option<UserId>,
+    pub status: Option<OrderStatus>,
+    /// Continue strictly after this `(created_at, order_id)`, newest first.
+    pub after: Option<(DateTime<Utc>, Uuid)>,
+    /// Rows to fetch (the caller asks for one more than it shows).
+    pub fetch: i64,
+}
+
+pub async fn list(conn: &mut PgConnection, query: &ListQuery) -> sqlx::Result<Vec<OrderRow>> {
+    // One statement for every filter combination: a NULL parameter switches its filter off.
+    let (after_at, after_id) = query.after.unzip();
+    sqlx::query_as(
+        "SELECT order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at \
+         FROM orders \
+         WHERE ($1::bigint IS NULL OR user_id = $1) \
+           AND ($2::text IS NULL OR status = $2) \
+           AND ($3::timestamptz IS NULL OR (created_at, order_id) < ($3, $4::uuid)) \
+         ORDER BY created_at DESC, order_id DESC \
+         LIMIT $5",
+    )
+    .bind(query.user_id.map(|u| u.0))
+    .bind(query.status.map(OrderStatus::as_str))
+    .bind(after_at)
+    .bind(after_id)
+    .bind(query.fetch)
+    .fetch_all(conn)
+    .await
+}
+
+/// Moves a `PENDING` order to `to`; returns the row when it moved, `None` when the order was
+/// no longer `PENDING` (a late or duplicate event never moves an order backwards).
+pub async fn settle_pending(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    to: OrderStatus,
+    reason: Option<RejectionReason>,
+) -> sqlx::Result<Option<OrderRow>> {
+    sqlx::query_as(
+        "UPDATE orders SET status = $2, rejection_reason = $3, updated_at = now() \
+         WHERE order_id = $1 AND status = 'PENDING' \
+         RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at",
+    )
+    .bind(order_id.0)
+    .bind(to.as_str())
+    .bind(reason.map(RejectionReason::as_str))
+    .fetch_optional(conn)
+    .await
+}

@@ -1,0 +1,95 @@
+//! order-service: takes orders exactly once per idempotency token, writes each with its
+//! `order.created` event in one transaction, and settles them from inventory's answers.
+
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod error;
+pub mod idempotency;
+pub mod metrics;
+pub mod openapi;
+pub mod place_order;
+pub mod representation;
+mod routes;
+pub mod state;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use platform::amqp::Broker;
+use platform::http::AdminToken;
+use platform::http::health::Readiness;
+use shared::keys::RedisKeys;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::config::Config;
+use crate::idempotency::TokenStore;
+use crate::state::AppState;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/order-service");
+
+/// Connects to everything the service needs (creating and migrating its database). Nothing
+/// runs in the background yet; `serve` starts the loops.
+pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
+    metrics::register();
+    let settings = platform::db::PoolSettings {
+        max_connections: config.database_max_connections,
+        ..Default::default()
+    };
+    let db = platform::db::connect_and_migrate(&config.database_url, &settings, &MIGRATOR)
+        .await
+        .context("preparing the orders database")?;
+    let redis = platform::redis_conn::connect(&config.redis_url)?;
+    let broker = Broker::new(&config.amqp_url);
+    let readiness = Readiness {
+        db: db.clone(),
+        redis: redis.clone(),
+        broker_up: broker.up(),
+    };
+    Ok(AppState {
+        tokens: TokenStore::new(
+            redis,
+            RedisKeys::new(config.redis_key_prefix.clone()),
+            config.idempotency_token_ttl,
+        ),
+        db,
+        broker,
+        readiness,
+        admin_token: AdminToken::new(config.admin_token.clone()),
+        config: Arc::new(config),
+    })
+}
+
+/// The HTTP API with its edge middleware, Swagger UI and OpenAPI document.
+pub fn build_app(state: AppState) -> Router {
+    let timeout = state.config.request_timeout;
+    let (router, spec) = openapi::router().split_for_parts();
+    let router = router
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
+        .with_state(state);
+    platform::http::with_edge(router, timeout)
+}
+
+/// Serves `listener` and runs the background loops until `shutdown`; then stops accepting,
+/// finishes in-flight requests and lets each loop reach a safe point before returning.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let tasks = TaskTracker::new();
+    tasks.spawn(state.broker.clone().supervise(shutdown.clone()));
+    tasks.close();
+    tracing::info!(addr = %listener.local_addr()?, "order-service listening");
+    axum::serve(listener, build_app(state))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await
+        .context("serving HTTP")?;
+    shutdown.cancel();
+    tasks.wait().await;
+    Ok(())
+}

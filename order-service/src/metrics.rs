@@ -1,0 +1,22 @@
+//! order-service's own metrics (SPEC §5); HTTP, outbox and consumer metrics live in `platform`.
+
+use platform::http::metrics::zero_counter;
+
+pub const ORDER_TRANSITIONS_TOTAL: &str = "order_transitions_total";
+pub const ORDER_END_TO_END_SECONDS: &str = "order_end_to_end_seconds";
+
+/// Describes the metrics and exposes each at zero before its first event.
+pub fn register() {
+    platform::http::metrics::handle();
+    metrics::describe_counter!(ORDER_TRANSITIONS_TOTAL, "Orders entering each status");
+    metrics::describe_histogram!(
+        ORDER_END_TO_END_SECONDS,
+        metrics::Unit::Seconds,
+        "Time from an order's creation to its first terminal status"
+    );
+    zero_counter(
+        ORDER_TRANSITIONS_TOTAL,
+        "to",
+        &["PENDING", "CONFIRMED", "REJECTED", "CANCELLED"],
+    );
+}

@@ -1,0 +1,51 @@
+//! The OpenAPI 3.1 document, built from the handlers' annotations without any connection.
+
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::state::AppState;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "order-service",
+        description = "Takes orders exactly once per idempotency token and settles them with inventory-service through events.",
+        license(name = "MIT")
+    ),
+    tags(
+        (name = "orders", description = "Idempotent order creation, lookup and listing"),
+        (name = "operations", description = "Health, readiness and metrics"),
+    ),
+    components(schemas(shared::Problem)),
+    modifiers(&AdminAuth)
+)]
+struct ApiDoc;
+
+/// Declares the admin bearer scheme that admin operations refer to.
+struct AdminAuth;
+
+impl utoipa::Modify for AdminAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "admin_token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The service's ADMIN_TOKEN"))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The documented router, before state is attached.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi()).merge(crate::routes::router())
+}
+
+/// The document alone, as served at `/openapi.json` and committed under `openapi/`.
+pub fn spec() -> utoipa::openapi::OpenApi {
+    router().split_for_parts().1
+}

@@ -1,0 +1,183 @@
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use platform::http::pagination::{self, Page};
+use platform::http::{Json, Path, Query, TraceContext};
+use serde::Deserialize;
+use shared::ids::{OrderId, UserId};
+use utoipa::IntoParams;
+use uuid::Uuid;
+
+use crate::db;
+use crate::domain::{CreateOrderRequest, OrderStatus};
+use crate::error::ApiError;
+use crate::place_order;
+use crate::representation::Order;
+use crate::state::AppState;
+
+const PROBLEM: &str = "application/problem+json";
+
+/// Create an order
+///
+/// Exactly once per idempotency token: a retry with the same token and body replays the
+/// first response (`Idempotent-Replayed: true`). The order starts `PENDING` and settles once
+/// inventory has answered.
+#[utoipa::path(
+    post, path = "/orders", tag = "orders",
+    params(("Idempotency-Key" = Uuid, Header, description = "A token from `POST /idempotency-tokens`")),
+    request_body = CreateOrderRequest,
+    responses(
+        (status = 202, description = "Accepted (or the replay of the first response)", body = Order,
+            headers(("Location" = String, description = "/orders/{order_id}"),
+                    ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        (status = 400, description = "Missing or unknown idempotency key, or malformed JSON", body = shared::Problem, content_type = PROBLEM),
+        (status = 409, description = "The first request with this token is still running (`Retry-After`)", body = shared::Problem, content_type = PROBLEM),
+        (status = 413, description = "Body over 64 KiB", body = shared::Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid order, or the token was used with another body", body = shared::Problem, content_type = PROBLEM),
+    )
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    trace: TraceContext,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
+    let token = place_order::parse_token(key)?;
+    let placed = place_order::place(&state, token, &body, &trace).await?;
+    let response = placed.response;
+    let mut answer = (
+        StatusCode::from_u16(response.status).unwrap_or(StatusCode::ACCEPTED),
+        [(header::CONTENT_TYPE, "application/json")],
+        response.body,
+    )
+        .into_response();
+    let location = format!("/orders/{}", response.order_id);
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        answer.headers_mut().insert(header::LOCATION, location);
+    }
+    if placed.replayed {
+        answer
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(answer)
+}
+
+/// Get an order
+#[utoipa::path(
+    get, path = "/orders/{order_id}", tag = "orders",
+    params(("order_id" = Uuid, Path, description = "The order's id")),
+    responses(
+        (status = 200, description = "The order", body = Order),
+        (status = 404, description = "No such order", body = shared::Problem, content_type = PROBLEM),
+    )
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    Path(order_id): Path<Uuid>,
+) -> Result<Json<Order>, ApiError> {
+    let order_id = OrderId(order_id);
+    let mut conn = state.db.acquire().await?;
+    let row = db::orders::find(&mut conn, order_id).await?;
+    row.map(|r| Json(r.into()))
+        .ok_or(ApiError::OrderNotFound(order_id))
+}
+
+/// Filters and paging of `GET /orders`; every value is checked, a bad one is a 422.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Only this user's orders (positive integer).
+    user_id: Option<String>,
+    /// Only orders in this status: `PENDING`, `CONFIRMED`, `REJECTED` or `CANCELLED`.
+    status: Option<String>,
+    /// Page size: default 20, at most 100 (larger values are capped).
+    limit: Option<String>,
+    /// The `next` cursor of the previous page.
+    after: Option<String>,
+}
+
+/// List orders, newest first
+#[utoipa::path(
+    get, path = "/orders", tag = "orders",
+    params(ListParams),
+    responses(
+        (status = 200, description = "One page of orders", body = inline(Page<Order>)),
+        (status = 422, description = "A filter, limit or cursor is invalid", body = shared::Problem, content_type = PROBLEM),
+    )
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Page<Order>>, ApiError> {
+    let limit = pagination::limit(params.limit.as_deref())?;
+    let query = db::orders::ListQuery {
+        user_id: params.user_id.as_deref().map(parse_user_id).transpose()?,
+        status: params.status.as_deref().map(parse_status).transpose()?,
+        after: params.after.as_deref().map(decode_cursor).transpose()?,
+        fetch: limit + 1,
+    };
+    let mut conn = state.db.acquire().await?;
+    let rows = db::orders::list(&mut conn, &query).await?;
+    let page = Page::from_rows(rows, limit, |row| {
+        encode_cursor(row.created_at, row.order_id)
+    });
+    Ok(Json(Page {
+        items: page.items.into_iter().map(Order::from).collect(),
+        next: page.next,
+    }))
+}
+
+fn parse_user_id(raw: &str) -> Result<UserId, ApiError> {
+    match raw.trim().parse::<i64>() {
+        Ok(id) if id >= 1 => Ok(UserId(id)),
+        _ => Err(ApiError::Validation(format!(
+            "user_id must be a positive integer, got {raw:?}"
+        ))),
+    }
+}
+
+fn parse_status(raw: &str) -> Result<OrderStatus, ApiError> {
+    OrderStatus::parse(raw.trim()).ok_or_else(|| {
+        ApiError::Validation(format!(
+            "status must be one of PENDING, CONFIRMED, REJECTED, CANCELLED; got {raw:?}"
+        ))
+    })
+}
+
+/// Cursors are `<created_at in microseconds>.<order id>`: opaque to clients, stable, and
+/// enough to continue the `(created_at, order_id)` ordering without another lookup.
+fn encode_cursor(created_at: DateTime<Utc>, order_id: Uuid) -> String {
+    format!("{}.{}", created_at.timestamp_micros(), order_id.simple())
+}
+
+fn decode_cursor(raw: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
+    let invalid =
+        || ApiError::Validation(format!("after {raw:?} is not a cursor this API returned"));
+    let (micros, id) = raw.split_once('.').ok_or_else(invalid)?;
+    let at = micros
+        .parse::<i64>()
+        .ok()
+        .and_then(DateTime::<Utc>::from_timestamp_micros)
+        .ok_or_else(invalid)?;
+    let id = Uuid::parse_str(id).map_err(|_| invalid())?;
+    Ok((at, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let at = DateTime::<Utc>::from_timestamp_micros(1_764_450_000_123_456).unwrap_or_default();
+        let id = Uuid::now_v7();
+        assert_eq!(decode_cursor(&encode_cursor(at, id)).ok(), Some((at, id)));
+        for bad in ["", "abc", "1.2", "x.0193f6a27c1e7d3a9f0e2b4c5d6e7f80"] {
+            assert!(decode_cursor(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,39 @@
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use platform::http::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// A single-use key for `POST /orders`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IssuedToken {
+    pub token: Uuid,
+    /// After this instant an unused token is refused.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Issue an idempotency token
+///
+/// Send it as `Idempotency-Key` with `POST /orders`; retries with the same token and body
+/// replay the first response instead of creating a second order.
+#[utoipa::path(
+    post, path = "/idempotency-tokens", tag = "orders",
+    responses(
+        (status = 201, description = "Token issued", body = IssuedToken),
+        (status = 503, description = "Redis unreachable", body = shared::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn issue(
+    State(state): State<AppState>,
+) -> Result<(StatusCode, Json<IssuedToken>), ApiError> {
+    let (token, expires_at) = state.tokens.issue().await.map_err(|error| {
+        tracing::warn!(%error, "cannot issue a token: Redis unavailable");
+        ApiError::Unavailable("redis")
+    })?;
+    Ok((StatusCode::CREATED, Json(IssuedToken { token, expires_at })))
+}

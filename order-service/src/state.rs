@@ -1,0 +1,28 @@
+//! What every handler and background loop shares.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use platform::amqp::Broker;
+use platform::http::AdminToken;
+use platform::http::health::Readiness;
+use sqlx::PgPool;
+
+use crate::config::Config;
+use crate::idempotency::TokenStore;
+
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub db: PgPool,
+    pub tokens: TokenStore,
+    pub broker: Broker,
+    pub readiness: Readiness,
+    pub admin_token: AdminToken,
+    pub config: Arc<Config>,
+}
+
+impl FromRef<AppState> for AdminToken {
+    fn from_ref(state: &AppState) -> Self {
+        state.admin_token.clone()
+    }
+}

@@ -1,0 +1,265 @@
+//! The RabbitMQ connection and topology.
+//!
+//! A supervisor task owns the connection: it connects with capped exponential backoff and
+//! jitter, declares the whole topology, publishes the live connection through a `watch`
+//! channel, and starts over when the connection dies. Relay and consumers wait on that
+//! channel, so a broker restart needs no service restart.
+//!
+//! Both services declare the *whole* topology (all exchanges, queues and bindings), with the
+//! same arguments: an order taken while inventory-service has never run still lands in a
+//! durable queue instead of bouncing as unroutable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use shared::keys;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// A handle on the supervised broker connection. Cheap to clone; [`Broker::supervise`]
+/// must run (in the service's task tracker) for it ever to connect.
+#[derive(Clone)]
+pub struct Broker {
+    url: Arc<str>,
+    current: Arc<watch::Sender<Option<Arc<Connection>>>>,
+    up: Arc<watch::Sender<bool>>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("up", &*self.up.borrow())
+            .finish()
+    }
+}
+
+impl Broker {
+    pub fn new(url: &str) -> Self {
+        Self {
+            url: Arc::from(url),
+            current: Arc::new(watch::channel(None).0),
+            up: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// `true` while connected; for readiness probes.
+    pub fn up(&self) -> watch::Receiver<bool> {
+        self.up.subscribe()
+    }
+
+    /// Waits for a live connection; `None` once `shutdown` fires first.
+    pub async fn connection(&self, shutdown: &CancellationToken) -> Option<Arc<Connection>> {
+        let mut current = self.current.subscribe();
+        loop {
+            if let Some(conn) = current.borrow_and_update().clone() {
+                if conn.status().connected() {
+                    return Some(conn);
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return None,
+                changed = current.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps a connection open until `shutdown`: connects with backoff, declares the
+    /// topology, publishes the connection, and starts over whenever it dies.
+    pub async fn supervise(self, shutdown: CancellationToken) {
+        let mut failures = 0u32;
+        while !shutdown.is_cancelled() {
+            let attempt = async {
+                let conn = Connection::connect(&self.url, ConnectionProperties::default()).await?;
+                let channel = conn.create_channel().await?;
+                declare_topology(&channel).await?;
+                channel.close(200, "topology declared".into()).await.ok();
+                Ok::<_, lapin::Error>(conn)
+            };
+            let conn = tokio::select! {
+                () = shutdown.cancelled() => break,
+                result = attempt => result,
+            };
+            match conn {
+                Ok(conn) => {
+                    failures = 0;
+                    tracing::info!("connected to RabbitMQ");
+                    self.hold(Arc::new(conn), &shutdown).await;
+                }
+                Err(error) => {
+                    failures += 1;
+                    let delay =
+                        backoff(failures, Duration::from_millis(100), Duration::from_secs(5));
+                    tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "cannot reach RabbitMQ");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes `conn` until it fails or shutdown comes, then withdraws it.
+    async fn hold(&self, conn: Arc<Connection>, shutdown: &CancellationToken) {
+        let mut events = conn.events_listener();
+        self.current.send_replace(Some(conn.clone()));
+        self.up.send_replace(true);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                event = events.next() => match event {
+                    Some(lapin::Event::Error(error)) => {
+                        tracing::warn!(%error, "RabbitMQ connection lost");
+                        break;
+                    }
+                    None => break,
+                    Some(_) => {}
+                },
+                // Belt and braces: some failures only show in the status.
+                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if !conn.status().connected() {
+                        tracing::warn!("RabbitMQ connection is no longer open");
+                        break;
+                    }
+                }
+            }
+        }
+        self.up.send_replace(false);
+        self.current.send_replace(None);
+        if shutdown.is_cancelled() {
+            // Consumers cancel their subscriptions on the same signal; let them finish first.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            conn.close(200, "shutting down".into()).await.ok();
+        }
+    }
+}
+
+/// Exponential backoff with full jitter: a random delay in `[base, min(cap, base * 2^attempt)]`.
+pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    use rand::Rng;
+    let ceiling = base
+        .saturating_mul(2u32.saturating_pow(attempt.min(20)))
+        .min(cap)
+        .max(base);
+    let millis = rand::rng().random_range(base.as_millis()..=ceiling.as_millis());
+    Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX))
+}
+
+/// Declares exchanges, quorum queues with their delivery limit and dead-lettering, and the
+/// dead-letter queues. Idempotent; every declaration uses the arguments from `shared::keys`.
+pub async fn declare_topology(channel: &Channel) -> lapin::Result<()> {
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    for exchange in [keys::ORDERS_EXCHANGE, keys::INVENTORY_EXCHANGE] {
+        channel
+            .exchange_declare(
+                exchange.into(),
+                ExchangeKind::Topic,
+                durable,
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    channel
+        .exchange_declare(
+            keys::DEAD_LETTER_EXCHANGE.into(),
+            ExchangeKind::Direct,
+            durable,
+            FieldTable::default(),
+        )
+        .await?;
+    let queues = [
+        (
+            keys::INVENTORY_ORDER_EVENTS_QUEUE,
+            keys::ORDERS_EXCHANGE,
+            keys::ORDER_EVENTS_BINDING,
+        ),
+        (
+            keys::ORDER_INVENTORY_EVENTS_QUEUE,
+            keys::INVENTORY_EXCHANGE,
+            keys::INVENTORY_EVENTS_BINDING,
+        ),
+    ];
+    let queue_options = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    for (queue, exchange, binding) in queues {
+        let dlq = keys::dead_letter_queue(queue);
+        channel
+            .queue_declare(dlq.as_str().into(), queue_options, quorum(None))
+            .await?;
+        channel
+            .queue_bind(
+                dlq.as_str().into(),
+                keys::DEAD_LETTER_EXCHANGE.into(),
+                queue.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .queue_declare(queue.into(), queue_options, quorum(Some(queue)))
+            .await?;
+        channel
+            .queue_bind(
+                queue.into(),
+                exchange.into(),
+                binding.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Quorum-queue arguments; with `dead_letter_key`, also the delivery limit and dead-lettering.
+fn quorum(dead_letter_key: Option<&str>) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    if let Some(key) = dead_letter_key {
+        args.insert(
+            "x-delivery-limit".into(),
+            AMQPValue::LongLongInt(keys::DELIVERY_LIMIT),
+        );
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString(keys::DEAD_LETTER_EXCHANGE.into()),
+        );
+        args.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString(key.into()),
+        );
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_within_its_bounds() {
+        for attempt in 0..30 {
+            let d = backoff(attempt, Duration::from_millis(100), Duration::from_secs(5));
+            assert!(
+                d >= Duration::from_millis(100) && d <= Duration::from_secs(5),
+                "{d:?}"
+            );
+        }
+    }
+}

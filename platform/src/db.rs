@@ -1,0 +1,86 @@
+//! Database bootstrap: create the service's database when it is missing, connect, migrate.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
+
+/// Pool sizing and timeouts.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 20,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Connects to `url`, creating its database first if needed, and applies `migrator`.
+///
+/// Several instances may start at once: a concurrent `CREATE DATABASE` is tolerated, and
+/// sqlx serialises migrations with an advisory lock.
+pub async fn connect_and_migrate(
+    url: &str,
+    settings: &PoolSettings,
+    migrator: &Migrator,
+) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions = url
+        .parse()
+        .with_context(|| format!("DATABASE_URL {url:?} is not a PostgreSQL URL"))?;
+    create_database_if_missing(&options).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        .connect_with(
+            options
+                .clone()
+                .log_statements(tracing::log::LevelFilter::Trace),
+        )
+        .await
+        .context("connecting to PostgreSQL")?;
+    migrator.run(&pool).await.context("applying migrations")?;
+    Ok(pool)
+}
+
+async fn create_database_if_missing(options: &PgConnectOptions) -> anyhow::Result<()> {
+    let Some(name) = options.get_database().map(str::to_owned) else {
+        return Ok(());
+    };
+    let mut admin: PgConnection = options
+        .clone()
+        .database("postgres")
+        .connect()
+        .await
+        .context(
+            "connecting to the `postgres` database to check that the service's database exists",
+        )?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut admin)
+            .await?;
+    if !exists {
+        // Identifiers cannot be bound as parameters; quote it the way PostgreSQL does.
+        let statement = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+        match sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut admin)
+            .await
+        {
+            Ok(_) => tracing::info!(database = %name, "created database"),
+            // Another instance won the race: duplicate_database, or the unique index behind it.
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("42P04") | Some("23505")) => {}
+            Err(e) => return Err(e).context("creating the service's database"),
+        }
+    }
+    admin.close().await.ok();
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! `GET /healthz` (the process runs) and `GET /readyz` (every backing system answers).
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use redis::aio::ConnectionManager;
+use serde_json::json;
+use shared::Problem;
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+/// How long one dependency may take to answer a readiness probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What `/readyz` checks.
+#[derive(Clone)]
+pub struct Readiness {
+    pub db: PgPool,
+    pub redis: ConnectionManager,
+    /// `true` while the broker connection is up; kept current by the broker supervisor.
+    pub broker_up: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readiness").finish_non_exhaustive()
+    }
+}
+
+pub async fn healthz() -> Response {
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+impl Readiness {
+    /// The names of the systems that did not answer: `postgres`, `redis`, `rabbitmq`.
+    pub async fn down(&self) -> Vec<&'static str> {
+        let postgres = async {
+            tokio::time::timeout(PROBE_TIMEOUT, sqlx::query("SELECT 1").execute(&self.db))
+                .await
+                .is_ok_and(|r| r.is_ok())
+        };
+        let redis = async {
+            let mut conn = self.redis.clone();
+            tokio::time::timeout(PROBE_TIMEOUT, crate::redis_conn::ping(&mut conn))
+                .await
+                .unwrap_or(false)
+        };
+        let (postgres, redis) = tokio::join!(postgres, redis);
+        let rabbitmq = *self.broker_up.borrow();
+        [
+            ("postgres", postgres),
+            ("redis", redis),
+            ("rabbitmq", rabbitmq),
+        ]
+        .into_iter()
+        .filter_map(|(name, up)| (!up).then_some(name))
+        .collect()
+    }
+
+    pub async fn respond(&self) -> Response {
+        let down = self.down().await;
+        if down.is_empty() {
+            return axum::Json(json!({"status": "ready"})).into_response();
+        }
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not-ready",
+            "Not ready",
+            format!("unreachable: {}", down.join(", ")),
+        )
+        .into_response()
+    }
+}

@@ -1,0 +1,15 @@
+//! The HTTP edge both services share: every error as problem+json, request ids and trace
+//! context, metrics, health endpoints, admin auth and pagination rules.
+
+pub mod admin;
+pub mod edge;
+pub mod extract;
+pub mod health;
+pub mod metrics;
+pub mod pagination;
+pub mod trace;
+
+pub use admin::{AdminAuth, AdminToken};
+pub use edge::{BODY_LIMIT_BYTES, with_edge};
+pub use extract::{Json, Path, Query};
+pub use trace::TraceContext;

@@ -1,0 +1,15 @@
+//! The plumbing both services run on, so each service's own code is only its domain:
+//! configuration helpers, telemetry, shutdown, database bootstrap, the HTTP edge
+//! (problem+json everywhere, request ids, metrics, health, admin auth, pagination),
+//! and the Redis connection.
+
+pub mod amqp;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod outbox;
+pub mod redis_conn;
+pub mod shutdown;
+pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;

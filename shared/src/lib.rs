@@ -1,0 +1,9 @@
+//! What order-service and inventory-service must agree on, and nothing more:
+//! typed ids, the event contract, broker and Redis names, and the problem+json body.
+
+pub mod events;
+pub mod ids;
+pub mod keys;
+pub mod problem;
+
+pub use problem::Problem;
