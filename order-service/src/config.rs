@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
-use platform::config as env;
+use platform::config::{self as env, MessagingConfig};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -29,6 +29,12 @@ pub struct Config {
     pub idempotency_token_ttl: Duration,
     /// `REQUEST_TIMEOUT_SECS`: a request running longer is answered 503.
     pub request_timeout: Duration,
+    /// `RECONCILE_AFTER_SECS`: a `PENDING` order this old is checked with inventory.
+    pub reconcile_after: Duration,
+    /// `RECONCILE_EVERY_SECS`: how often reconciliation looks for such orders.
+    pub reconcile_every: Duration,
+    /// Relay, consumer and retention knobs (see `platform::config::MessagingConfig`).
+    pub messaging: MessagingConfig,
 }
 
 impl Config {
@@ -47,6 +53,9 @@ impl Config {
             inventory_url: env::string("INVENTORY_URL", "http://127.0.0.1:8081"),
             idempotency_token_ttl: env::secs("IDEMPOTENCY_TOKEN_TTL_SECS", 3600)?,
             request_timeout: env::secs("REQUEST_TIMEOUT_SECS", 10)?,
+            reconcile_after: env::secs("RECONCILE_AFTER_SECS", 30)?,
+            reconcile_every: env::secs("RECONCILE_EVERY_SECS", 10)?,
+            messaging: MessagingConfig::from_env()?,
         })
     }
 }

@@ -20,8 +20,8 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("a request with this idempotency key is still in progress")]
     RequestInProgress,
-    #[error("{0}")]
-    Conflict(String),
+    #[error("order {0} was rejected; there is nothing to cancel")]
+    NotCancellable(OrderId),
     #[error("a dependency is unavailable: {0}")]
     Unavailable(&'static str),
     #[error(transparent)]
@@ -62,9 +62,12 @@ impl ApiError {
                 "Request in progress",
                 "the first request with this token has not finished; retry after a moment",
             ),
-            Self::Conflict(detail) => {
-                Problem::new(S::CONFLICT, "conflict", "Conflict", detail.clone())
-            }
+            Self::NotCancellable(_) => Problem::new(
+                S::CONFLICT,
+                "order-not-cancellable",
+                "Order cannot be cancelled",
+                self.to_string(),
+            ),
             Self::Unavailable(what) => Problem::new(
                 S::SERVICE_UNAVAILABLE,
                 "not-ready",

@@ -6,11 +6,13 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod idempotency;
+pub mod messaging;
 pub mod metrics;
 pub mod openapi;
 pub mod place_order;
 pub mod representation;
 mod routes;
+pub mod settle;
 pub mod state;
 
 use std::sync::Arc;
@@ -18,9 +20,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use platform::amqp::Broker;
+use platform::consumer::ConsumerSettings;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
-use shared::keys::RedisKeys;
+use shared::keys::{self, RedisKeys};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,6 +31,8 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use crate::config::Config;
 use crate::idempotency::TokenStore;
+use crate::messaging::inventory_events::InventoryEvents;
+use crate::messaging::reconcile::ReconcileSettings;
 use crate::state::AppState;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/order-service");
@@ -82,7 +87,43 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
+    let config = &state.config;
     tasks.spawn(state.broker.clone().supervise(shutdown.clone()));
+    tasks.spawn(platform::relay::run(
+        state.db.clone(),
+        state.broker.clone(),
+        config.messaging.relay.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(platform::outbox::maintain(
+        state.db.clone(),
+        config.messaging.retention.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(platform::consumer::run(
+        state.broker.clone(),
+        state.db.clone(),
+        ConsumerSettings {
+            queue: keys::ORDER_INVENTORY_EVENTS_QUEUE,
+            consumer_tag: format!("order-service-{}", uuid::Uuid::new_v4()),
+            prefetch: config.messaging.consumer_prefetch,
+            concurrency: config.messaging.consumer_concurrency,
+        },
+        InventoryEvents {
+            db: state.db.clone(),
+        },
+        shutdown.clone(),
+    ));
+    tasks.spawn(messaging::reconcile::run(
+        state.db.clone(),
+        ReconcileSettings {
+            inventory_url: config.inventory_url.clone(),
+            after: config.reconcile_after,
+            every: config.reconcile_every,
+            batch: 100,
+        },
+        shutdown.clone(),
+    ));
     tasks.close();
     tracing::info!(addr = %listener.local_addr()?, "order-service listening");
     axum::serve(listener, build_app(state))

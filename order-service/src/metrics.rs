@@ -8,6 +8,8 @@ pub const ORDER_END_TO_END_SECONDS: &str = "order_end_to_end_seconds";
 /// Describes the metrics and exposes each at zero before its first event.
 pub fn register() {
     platform::http::metrics::handle();
+    platform::relay::register_metrics();
+    platform::consumer::register_metrics();
     metrics::describe_counter!(ORDER_TRANSITIONS_TOTAL, "Orders entering each status");
     metrics::describe_histogram!(
         ORDER_END_TO_END_SECONDS,

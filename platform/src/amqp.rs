@@ -55,10 +55,10 @@ impl Broker {
     pub async fn connection(&self, shutdown: &CancellationToken) -> Option<Arc<Connection>> {
         let mut current = self.current.subscribe();
         loop {
-            if let Some(conn) = current.borrow_and_update().clone() {
-                if conn.status().connected() {
-                    return Some(conn);
-                }
+            if let Some(conn) = current.borrow_and_update().clone()
+                && conn.status().connected()
+            {
+                return Some(conn);
             }
             tokio::select! {
                 () = shutdown.cancelled() => return None,

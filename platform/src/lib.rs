@@ -5,10 +5,13 @@
 
 pub mod amqp;
 pub mod config;
+pub mod consumer;
 pub mod db;
 pub mod http;
+pub mod inbox;
 pub mod outbox;
 pub mod redis_conn;
+pub mod relay;
 pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]

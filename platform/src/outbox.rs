@@ -32,3 +32,87 @@ pub async fn enqueue<E: Event + Serialize>(
     .await?;
     Ok(())
 }
+
+/// How long sent outbox rows and processed message ids are kept, and how often to look.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    pub keep: std::time::Duration,
+    pub sweep_every: std::time::Duration,
+    /// Rows deleted per statement, so a sweep never holds long locks.
+    pub batch: i64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            keep: std::time::Duration::from_secs(7 * 24 * 3600),
+            sweep_every: std::time::Duration::from_secs(60),
+            batch: 1000,
+        }
+    }
+}
+
+/// Keeps the backlog gauges current and deletes old sent rows and processed message ids
+/// in batches, until `shutdown`.
+pub async fn maintain(
+    db: sqlx::PgPool,
+    retention: Retention,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut gauges = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut sweep = tokio::time::interval(retention.sweep_every);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = gauges.tick() => {
+                if let Err(error) = update_gauges(&db).await {
+                    tracing::debug!(%error, "cannot read the outbox backlog");
+                }
+            }
+            _ = sweep.tick() => {
+                if let Err(error) = sweep_old_rows(&db, &retention, &shutdown).await {
+                    tracing::warn!(%error, "retention sweep failed");
+                }
+            }
+        }
+    }
+}
+
+async fn update_gauges(db: &sqlx::PgPool) -> sqlx::Result<()> {
+    let (backlog, oldest): (i64, f64) = sqlx::query_as(
+        "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) \
+         FROM outbox WHERE status = 'pending'",
+    )
+    .fetch_one(db)
+    .await?;
+    metrics::gauge!(crate::relay::OUTBOX_BACKLOG).set(backlog as f64);
+    metrics::gauge!(crate::relay::OUTBOX_OLDEST_UNSENT_SECONDS).set(oldest);
+    Ok(())
+}
+
+async fn sweep_old_rows(
+    db: &sqlx::PgPool,
+    retention: &Retention,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> sqlx::Result<()> {
+    let keep = retention.keep.as_secs_f64();
+    for statement in [
+        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE status = 'sent' \
+         AND sent_at < now() - make_interval(secs => $1) LIMIT $2)",
+        "DELETE FROM processed_messages WHERE message_id IN (SELECT message_id FROM processed_messages \
+         WHERE processed_at < now() - make_interval(secs => $1) LIMIT $2)",
+    ] {
+        while !shutdown.is_cancelled() {
+            let deleted = sqlx::query(statement)
+                .bind(keep)
+                .bind(retention.batch)
+                .execute(db)
+                .await?
+                .rows_affected();
+            if deleted < retention.batch as u64 {
+                break;
+            }
+        }
+    }
+    Ok(())
+}

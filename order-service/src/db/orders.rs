@@ -101,3 +101,59 @@ pub async fn settle_pending(
     .fetch_optional(conn)
     .await
 }
+
+/// The order, locked until the transaction ends (for a status change decided in code).
+pub async fn find_for_update(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> sqlx::Result<Option<OrderRow>> {
+    sqlx::query_as(
+        "SELECT order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at \
+         FROM orders WHERE order_id = $1 FOR UPDATE",
+    )
+    .bind(order_id.0)
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn set_status(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    to: OrderStatus,
+) -> sqlx::Result<OrderRow> {
+    sqlx::query_as(
+        "UPDATE orders SET status = $2, updated_at = now() WHERE order_id = $1 \
+         RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at",
+    )
+    .bind(order_id.0)
+    .bind(to.as_str())
+    .fetch_one(conn)
+    .await
+}
+
+/// `PENDING` orders untouched for `older_than`, oldest first, for reconciliation. Locked
+/// with `SKIP LOCKED` so concurrent reconcilers (one per instance) split the work.
+pub async fn stale_pending(
+    conn: &mut PgConnection,
+    older_than: std::time::Duration,
+    limit: i64,
+) -> sqlx::Result<Vec<OrderRow>> {
+    sqlx::query_as(
+        "SELECT order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at \
+         FROM orders WHERE status = 'PENDING' AND updated_at < now() - make_interval(secs => $1) \
+         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(older_than.as_secs_f64())
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// Marks that reconciliation looked at the order now (so it waits another period).
+pub async fn touch(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<()> {
+    sqlx::query("UPDATE orders SET updated_at = now() WHERE order_id = $1")
+        .bind(order_id.0)
+        .execute(conn)
+        .await
+        .map(drop)
+}

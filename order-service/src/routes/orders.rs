@@ -15,6 +15,7 @@ use crate::domain::{CreateOrderRequest, OrderStatus};
 use crate::error::ApiError;
 use crate::place_order;
 use crate::representation::Order;
+use crate::settle::Cancelled;
 use crate::state::AppState;
 
 const PROBLEM: &str = "application/problem+json";
@@ -179,5 +180,38 @@ mod tests {
         for bad in ["", "abc", "1.2", "x.0193f6a27c1e7d3a9f0e2b4c5d6e7f80"] {
             assert!(decode_cursor(bad).is_err(), "{bad}");
         }
+    }
+}
+
+/// Cancel an order
+///
+/// `PENDING` or `CONFIRMED` orders become `CANCELLED` and inventory gives back whatever it
+/// deducted for them (once). Cancelling a cancelled order returns it again.
+#[utoipa::path(
+    post, path = "/orders/{order_id}/cancel", tag = "orders",
+    params(("order_id" = Uuid, Path, description = "The order's id")),
+    responses(
+        (status = 200, description = "The cancelled order", body = Order),
+        (status = 404, description = "No such order", body = shared::Problem, content_type = PROBLEM),
+        (status = 409, description = "The order was rejected; there is nothing to cancel", body = shared::Problem, content_type = PROBLEM),
+    )
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    trace: TraceContext,
+    Path(order_id): Path<Uuid>,
+) -> Result<Json<Order>, ApiError> {
+    let order_id = OrderId(order_id);
+    let mut tx = state.db.begin().await?;
+    let outcome = crate::settle::cancel(&mut tx, order_id, &trace).await?;
+    tx.commit().await?;
+    match outcome {
+        Cancelled::Now(row, transition) => {
+            transition.record();
+            Ok(Json(row.into()))
+        }
+        Cancelled::Already(row) => Ok(Json(row.into())),
+        Cancelled::Rejected => Err(ApiError::NotCancellable(order_id)),
+        Cancelled::NotFound => Err(ApiError::OrderNotFound(order_id)),
     }
 }

@@ -1,0 +1,42 @@
+//! Consumes `inventory.*` events: each moves an order with a guarded update, in the same
+//! transaction that records the message id.
+
+use platform::consumer::{HandleError, Handled, Handler, Message};
+use shared::events::{Envelope, InventoryEvent};
+use sqlx::PgPool;
+
+use crate::settle::{self, Verdict};
+
+#[derive(Debug, Clone)]
+pub struct InventoryEvents {
+    pub db: PgPool,
+}
+
+impl Handler for InventoryEvents {
+    async fn handle(&self, message: Message) -> Result<Handled, HandleError> {
+        let envelope: Envelope<InventoryEvent> = serde_json::from_slice(&message.body)
+            .map_err(|e| HandleError::Poison(format!("not an inventory event: {e}")))?;
+        let mut tx = self.db.begin().await?;
+        let kind = message.routing_key.as_str();
+        if !platform::inbox::record_once(&mut tx, envelope.event_id, kind).await? {
+            return Ok(Handled::Duplicate);
+        }
+        let verdict = match &envelope.event {
+            InventoryEvent::Reserved(e) => Some((e.order_id, Verdict::Reserved)),
+            InventoryEvent::Rejected(e) => Some((e.order_id, Verdict::Rejected(e.reason))),
+            // The order was cancelled before its stock came back: nothing left to change.
+            InventoryEvent::Released(_) => None,
+        };
+        let transition = match verdict {
+            Some((order_id, verdict)) => {
+                settle::apply_verdict(&mut tx, order_id, verdict, &message.trace).await?
+            }
+            None => None,
+        };
+        tx.commit().await?;
+        if let Some(transition) = transition {
+            transition.record();
+        }
+        Ok(Handled::Applied)
+    }
+}

@@ -1,0 +1,118 @@
+//! Moving orders through the status machine, whoever asks: inventory's events, the
+//! customer's cancel, or reconciliation. Every change and the event it causes commit in
+//! the caller's transaction.
+
+use chrono::Utc;
+use platform::http::TraceContext;
+use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
+use shared::ids::OrderId;
+use shared::keys;
+use sqlx::PgConnection;
+
+use crate::db;
+use crate::db::orders::OrderRow;
+use crate::domain::OrderStatus;
+use crate::metrics::{ORDER_END_TO_END_SECONDS, ORDER_TRANSITIONS_TOTAL};
+
+/// Inventory's answer about an order's stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Reserved,
+    Rejected(RejectionReason),
+}
+
+/// A status change that happened, to be counted once its transaction committed.
+#[derive(Debug, Clone)]
+#[must_use = "record the transition after the commit"]
+pub struct Transition {
+    to: OrderStatus,
+    /// Seconds from creation, when the order left `PENDING`.
+    end_to_end: Option<f64>,
+}
+
+impl Transition {
+    fn from_row(row: &OrderRow, from: OrderStatus) -> Self {
+        let to = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
+        let end_to_end = (from == OrderStatus::Pending)
+            .then(|| (Utc::now() - row.created_at).as_seconds_f64().max(0.0));
+        Self { to, end_to_end }
+    }
+
+    pub fn record(self) {
+        metrics::counter!(ORDER_TRANSITIONS_TOTAL, "to" => self.to.as_str()).increment(1);
+        if let Some(seconds) = self.end_to_end {
+            metrics::histogram!(ORDER_END_TO_END_SECONDS).record(seconds);
+        }
+    }
+}
+
+/// Applies inventory's verdict to a `PENDING` order. A verdict for an order that already
+/// left `PENDING` changes nothing — except that stock reserved for a cancelled order is
+/// asked back with another `order.cancelled` (inventory releases at most once).
+pub async fn apply_verdict(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    verdict: Verdict,
+    trace: &TraceContext,
+) -> sqlx::Result<Option<Transition>> {
+    let (to, reason) = match verdict {
+        Verdict::Reserved => (OrderStatus::Confirmed, None),
+        Verdict::Rejected(reason) => (OrderStatus::Rejected, Some(reason)),
+    };
+    if let Some(row) = db::orders::settle_pending(conn, order_id, to, reason).await? {
+        return Ok(Some(Transition::from_row(&row, OrderStatus::Pending)));
+    }
+    let current = db::orders::find(conn, order_id).await?;
+    match current {
+        Some(row)
+            if verdict == Verdict::Reserved && row.status == OrderStatus::Cancelled.as_str() =>
+        {
+            tracing::info!(%order_id, "stock reserved for a cancelled order; asking for its release");
+            request_release(conn, order_id, trace).await?;
+        }
+        Some(row) => tracing::debug!(%order_id, status = row.status, "late verdict ignored"),
+        None => tracing::warn!(%order_id, "verdict for an unknown order ignored"),
+    }
+    Ok(None)
+}
+
+/// What a cancel request found and did.
+#[derive(Debug)]
+pub enum Cancelled {
+    Now(OrderRow, Transition),
+    Already(OrderRow),
+    Rejected,
+    NotFound,
+}
+
+/// Cancels a `PENDING` or `CONFIRMED` order and emits `order.cancelled` (the saga's
+/// compensation); cancelling a cancelled order changes nothing.
+pub async fn cancel(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    trace: &TraceContext,
+) -> sqlx::Result<Cancelled> {
+    let Some(row) = db::orders::find_for_update(conn, order_id).await? else {
+        return Ok(Cancelled::NotFound);
+    };
+    let from = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
+    if from == OrderStatus::Cancelled {
+        return Ok(Cancelled::Already(row));
+    }
+    if !from.can_become(OrderStatus::Cancelled) {
+        return Ok(Cancelled::Rejected);
+    }
+    let row = db::orders::set_status(conn, order_id, OrderStatus::Cancelled).await?;
+    request_release(conn, order_id, trace).await?;
+    let transition = Transition::from_row(&row, from);
+    Ok(Cancelled::Now(row, transition))
+}
+
+async fn request_release(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    trace: &TraceContext,
+) -> sqlx::Result<()> {
+    let event = Envelope::new(OrderEvent::Cancelled(OrderCancelled { order_id }));
+    platform::outbox::enqueue(conn, keys::ORDERS_EXCHANGE, &event, trace).await
+}

@@ -1,0 +1,203 @@
+//! `TestApp::spawn`: one isolated order-service per test.
+
+use std::time::Duration;
+
+use order_service::config::Config;
+use platform::testing::{self, TestDatabase};
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub struct TestApp {
+    pub base: String,
+    pub db: TestDatabase,
+    pub redis_prefix: String,
+    pub client: reqwest::Client,
+    shutdown: CancellationToken,
+}
+
+impl TestApp {
+    /// A service whose broker is unreachable (HTTP-only tests need none).
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> Self {
+        platform::telemetry::init();
+        let db = TestDatabase::create("orders", &order_service::MIGRATOR).await;
+        let redis_prefix = testing::redis_prefix();
+        let mut config = Config {
+            http_addr: "127.0.0.1:0".parse().expect("address"),
+            database_url: db.url.clone(),
+            database_max_connections: 10,
+            redis_url: testing::redis_url(),
+            redis_key_prefix: redis_prefix.clone(),
+            // Nothing listens on port 1: the broker stays down unless a test sets a vhost.
+            amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
+            admin_token: Some("test-admin-token".into()),
+            inventory_url: "http://127.0.0.1:1".into(),
+            idempotency_token_ttl: Duration::from_secs(3600),
+            request_timeout: Duration::from_secs(10),
+            reconcile_after: Duration::from_secs(3600),
+            reconcile_every: Duration::from_secs(3600),
+            messaging: Default::default(),
+        };
+        configure(&mut config);
+        let listener = tokio::net::TcpListener::bind(config.http_addr)
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("local addr"));
+        let state = order_service::build_state(config).await.expect("state");
+        let shutdown = CancellationToken::new();
+        tokio::spawn(order_service::serve(state, listener, shutdown.clone()));
+        Self {
+            base,
+            db,
+            redis_prefix,
+            client: reqwest::Client::new(),
+            shutdown,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn issue_token(&self) -> String {
+        let response = self
+            .client
+            .post(self.url("/idempotency-tokens"))
+            .send()
+            .await
+            .expect("issue");
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let body: Value = response.json().await.expect("json");
+        body["token"].as_str().expect("token").to_owned()
+    }
+
+    /// `POST /orders` with a raw body and an optional key.
+    pub async fn post_order_raw(
+        &self,
+        key: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> Response {
+        let mut request = self
+            .client
+            .post(self.url("/orders"))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.expect("request")
+    }
+
+    pub async fn post_order(&self, key: &str, body: &Value) -> Response {
+        self.post_order_raw(Some(key), body.to_string()).await
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM {table}");
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .fetch_one(&self.db.pool)
+            .await
+            .expect("count")
+    }
+
+    /// Deletes every Redis key of this app, as a Redis restart (which keeps nothing) would.
+    pub async fn forget_redis(&self) {
+        let client = redis::Client::open(testing::redis_url()).expect("redis url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.redis_prefix))
+            .query_async(&mut conn)
+            .await
+            .expect("keys");
+        if !keys.is_empty() {
+            redis::cmd("DEL")
+                .arg(keys)
+                .query_async::<()>(&mut conn)
+                .await
+                .expect("del");
+        }
+    }
+
+    pub async fn redis_key_exists(&self, token: &str) -> bool {
+        let client = redis::Client::open(testing::redis_url()).expect("redis url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        let key = format!("{}idem:{token}", self.redis_prefix);
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query_async::<bool>(&mut conn)
+            .await
+            .expect("exists")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn order_body(user_id: i64, product_id: i64, quantity: i64) -> Value {
+    json!({"user_id": user_id, "items": [{"product_id": product_id, "quantity": quantity}], "amount": 10.5})
+}
+
+/// Asserts a problem+json answer with `status` and `slug`; returns the body.
+pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
+    assert_eq!(response.status().as_u16(), status, "status");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(content_type, "application/problem+json");
+    let body: Value = response.json().await.expect("problem body");
+    assert_eq!(body["type"], format!("/problems/{slug}"), "{body}");
+    assert_eq!(body["status"], status);
+    assert!(
+        body["title"].is_string() && body["detail"].is_string(),
+        "{body}"
+    );
+    body
+}
+
+/// Polls `check` until it returns `Some`, failing after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "condition not met within {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn random_uuid() -> String {
+    Uuid::new_v4().to_string()
+}

@@ -1,0 +1,192 @@
+//! SPEC §4.1: one order per token, whatever the client or Redis does.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assert_problem, eventually, order_body, random_uuid};
+
+#[tokio::test]
+async fn an_issued_token_creates_one_pending_order() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let response = app.post_order(&token, &order_body(7, 1001, 2)).await;
+    assert_eq!(response.status(), 202);
+    let location = response.headers()["location"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    assert!(response.headers().get("idempotent-replayed").is_none());
+    let order: Value = response.json().await.expect("json");
+    assert_eq!(
+        location,
+        format!("/orders/{}", order["order_id"].as_str().expect("id"))
+    );
+    assert_eq!(order["status"], "PENDING");
+    assert_eq!(order["amount"], "10.50");
+    assert_eq!(order["user_id"], 7);
+    assert_eq!(order["items"], json!([{"product_id": 1001, "quantity": 2}]));
+    assert_eq!(order["rejection_reason"], Value::Null);
+
+    let fetched: Value = app.get(&location).await.json().await.expect("json");
+    assert_eq!(fetched, order);
+    assert_eq!(app.count("orders").await, 1);
+}
+
+#[tokio::test]
+async fn a_replayed_token_returns_the_first_response_byte_for_byte() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let first = app.post_order(&token, &order_body(1, 1001, 2)).await;
+    let first_location = first.headers()["location"].clone();
+    let first_body = first.bytes().await.expect("body");
+
+    // Same document, other key order and whitespace.
+    let reordered = r#"{ "amount": 10.5,
+        "items": [{"quantity": 2, "product_id": 1001}], "user_id": 1 }"#;
+    let replay = app.post_order_raw(Some(&token), reordered).await;
+    assert_eq!(replay.status(), 202);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["location"], first_location);
+    assert_eq!(replay.bytes().await.expect("body"), first_body);
+    assert_eq!(app.count("orders").await, 1);
+    assert_eq!(app.count("outbox").await, 1);
+}
+
+#[tokio::test]
+async fn a_token_reused_with_another_body_is_refused() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    assert_eq!(
+        app.post_order(&token, &order_body(1, 1001, 2))
+            .await
+            .status(),
+        202
+    );
+    let other = app.post_order(&token, &order_body(1, 1001, 3)).await;
+    assert_problem(other, 422, "idempotency-key-reused").await;
+    assert_eq!(app.count("orders").await, 1);
+}
+
+#[tokio::test]
+async fn missing_and_unknown_keys_are_refused_without_creating_anything() {
+    let app = TestApp::spawn().await;
+    let body = order_body(1, 1001, 1).to_string();
+    assert_problem(
+        app.post_order_raw(None, body.clone()).await,
+        400,
+        "missing-idempotency-key",
+    )
+    .await;
+    for key in [random_uuid(), "not-a-uuid".to_owned(), String::new()] {
+        let response = app.post_order_raw(Some(&key), body.clone()).await;
+        assert_problem(response, 400, "unknown-idempotency-key").await;
+    }
+    assert_eq!(app.count("orders").await, 0);
+    assert_eq!(app.count("outbox").await, 0);
+}
+
+#[tokio::test]
+async fn twenty_concurrent_requests_with_one_token_create_exactly_one_order() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let body = order_body(3, 1001, 1);
+    let requests = (0..20).map(|_| app.post_order(&token, &body));
+    let responses = futures_util::future::join_all(requests).await;
+
+    let mut order_ids = std::collections::HashSet::new();
+    let mut in_progress = 0;
+    for response in responses {
+        match response.status().as_u16() {
+            202 => {
+                let order: Value = response.json().await.expect("json");
+                order_ids.insert(order["order_id"].as_str().expect("id").to_owned());
+            }
+            409 => {
+                assert!(response.headers().contains_key("retry-after"));
+                assert_problem(response, 409, "request-in-progress").await;
+                in_progress += 1;
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(order_ids.len(), 1, "every 202 names the same order");
+    assert!(in_progress < 20);
+    assert_eq!(app.count("orders").await, 1);
+    assert_eq!(app.count("outbox").await, 1);
+}
+
+#[tokio::test]
+async fn a_replay_after_redis_lost_every_key_returns_the_same_order() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let first = app.post_order(&token, &order_body(1, 1001, 2)).await;
+    let first_body = first.bytes().await.expect("body");
+
+    app.forget_redis().await;
+    assert!(!app.redis_key_exists(&token).await);
+    let replay = app.post_order(&token, &order_body(1, 1001, 2)).await;
+    assert_eq!(replay.status(), 202);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.bytes().await.expect("body"), first_body);
+
+    app.forget_redis().await;
+    let reused = app.post_order(&token, &order_body(1, 1001, 5)).await;
+    assert_problem(reused, 422, "idempotency-key-reused").await;
+    assert_eq!(app.count("orders").await, 1);
+}
+
+#[tokio::test]
+async fn a_refused_request_does_not_use_up_its_token() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let invalid = app.post_order(&token, &order_body(1, 1001, 0)).await;
+    assert_problem(invalid, 422, "validation-failed").await;
+    let broken = app.post_order_raw(Some(&token), "{\"user_id\": ").await;
+    assert_problem(broken, 400, "malformed-json").await;
+    assert_eq!(
+        app.post_order(&token, &order_body(1, 1001, 1))
+            .await
+            .status(),
+        202
+    );
+}
+
+#[tokio::test]
+async fn an_unused_token_expires_but_a_used_one_keeps_replaying() {
+    let app = TestApp::spawn_with(|c| c.idempotency_token_ttl = Duration::from_secs(1)).await;
+    let unused = app.issue_token().await;
+    let used = app.issue_token().await;
+    let first = app.post_order(&used, &order_body(1, 1001, 1)).await;
+    let first_body = first.bytes().await.expect("body");
+
+    eventually(Duration::from_secs(10), || async {
+        (!app.redis_key_exists(&unused).await && !app.redis_key_exists(&used).await).then_some(())
+    })
+    .await;
+    let expired = app.post_order(&unused, &order_body(1, 1001, 1)).await;
+    assert_problem(expired, 400, "unknown-idempotency-key").await;
+    let replay = app.post_order(&used, &order_body(1, 1001, 1)).await;
+    assert_eq!(replay.status(), 202);
+    assert_eq!(replay.bytes().await.expect("body"), first_body);
+    assert_eq!(app.count("orders").await, 1);
+}
+
+#[tokio::test]
+async fn issued_tokens_are_uuids_with_an_expiry() {
+    let app = TestApp::spawn().await;
+    let response = app
+        .client
+        .post(app.url("/idempotency-tokens"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), 201);
+    let body: Value = response.json().await.expect("json");
+    assert!(uuid::Uuid::parse_str(body["token"].as_str().expect("token")).is_ok());
+    let expires_at =
+        chrono::DateTime::parse_from_rfc3339(body["expires_at"].as_str().expect("expiry"))
+            .expect("RFC 3339");
+    let left = expires_at.signed_duration_since(chrono::Utc::now());
+    assert!(left > chrono::Duration::minutes(59) && left <= chrono::Duration::minutes(60));
+}

@@ -1,0 +1,9 @@
+//! order-service integration tests: the real router on a random port, against the real
+//! PostgreSQL and Redis, each test with its own database and Redis key prefix.
+
+mod api_edge;
+mod helpers;
+mod idempotency;
+mod listing;
+mod outbox;
+mod validation;

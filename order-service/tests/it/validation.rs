@@ -1,0 +1,71 @@
+//! SPEC §3: bad input gets a clear 4xx problem+json and changes nothing.
+
+use serde_json::json;
+
+use crate::helpers::{TestApp, assert_problem};
+
+#[tokio::test]
+async fn invalid_orders_are_refused_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let item = json!([{"product_id": 1001, "quantity": 1}]);
+    let too_many: Vec<_> = (1..=101)
+        .map(|p| json!({"product_id": p, "quantity": 1}))
+        .collect();
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        ("truncated JSON", "{\"user_id\": 1,".into(), 400, "malformed-json"),
+        ("not JSON", "user_id=1".into(), 400, "malformed-json"),
+        ("empty body", String::new(), 400, "malformed-json"),
+        ("trailing comma", "{\"user_id\": 1,}".into(), 400, "malformed-json"),
+        ("an array", "[]".into(), 422, "validation-failed"),
+        ("user_id zero", json!({"user_id": 0, "items": item, "amount": 1}).to_string(), 422, "validation-failed"),
+        ("user_id negative", json!({"user_id": -1, "items": item, "amount": 1}).to_string(), 422, "validation-failed"),
+        ("user_id a string", json!({"user_id": "1", "items": item, "amount": 1}).to_string(), 422, "validation-failed"),
+        ("user_id too large", "{\"user_id\": 9223372036854775808, \"items\": [{\"product_id\": 1, \"quantity\": 1}], \"amount\": 1}".into(), 422, "validation-failed"),
+        ("no items", json!({"user_id": 1, "items": [], "amount": 1}).to_string(), 422, "validation-failed"),
+        ("101 items", json!({"user_id": 1, "items": too_many, "amount": 1}).to_string(), 422, "validation-failed"),
+        ("product twice", json!({"user_id": 1, "items": [{"product_id": 1, "quantity": 1}, {"product_id": 1, "quantity": 1}], "amount": 1}).to_string(), 422, "validation-failed"),
+        ("quantity zero", json!({"user_id": 1, "items": [{"product_id": 1, "quantity": 0}], "amount": 1}).to_string(), 422, "validation-failed"),
+        ("quantity too large", json!({"user_id": 1, "items": [{"product_id": 1, "quantity": 1_000_001}], "amount": 1}).to_string(), 422, "validation-failed"),
+        ("product_id zero", json!({"user_id": 1, "items": [{"product_id": 0, "quantity": 1}], "amount": 1}).to_string(), 422, "validation-failed"),
+        ("negative amount", json!({"user_id": 1, "items": item, "amount": -0.01}).to_string(), 422, "validation-failed"),
+        ("three decimals", json!({"user_id": 1, "items": item, "amount": "1.001"}).to_string(), 422, "validation-failed"),
+        ("amount not a number", json!({"user_id": 1, "items": item, "amount": "ten"}).to_string(), 422, "validation-failed"),
+        ("missing amount", json!({"user_id": 1, "items": item}).to_string(), 422, "validation-failed"),
+        ("client-sent status", json!({"user_id": 1, "items": item, "amount": 1, "status": "CONFIRMED"}).to_string(), 422, "validation-failed"),
+        ("unknown item field", json!({"user_id": 1, "items": [{"product_id": 1, "quantity": 1, "price": 2}], "amount": 1}).to_string(), 422, "validation-failed"),
+        ("half a flat order", json!({"user_id": 1, "product_id": 1, "amount": 1}).to_string(), 422, "validation-failed"),
+    ];
+    for (name, body, status, slug) in cases {
+        // A fresh token each time, so "unknown token" can never be the reason.
+        let token = app.issue_token().await;
+        let response = app.post_order_raw(Some(&token), body).await;
+        assert_eq!(response.status().as_u16(), status, "case: {name}");
+        assert_problem(response, status, slug).await;
+    }
+    assert_eq!(app.count("orders").await, 0);
+    assert_eq!(app.count("outbox").await, 0);
+    assert_eq!(app.count("idempotency_keys").await, 0);
+}
+
+#[tokio::test]
+async fn the_flat_one_item_form_is_accepted() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let body = json!({"user_id": 1, "product_id": 1001, "quantity": 2, "amount": "200"});
+    let response = app.post_order(&token, &body).await;
+    assert_eq!(response.status(), 202);
+    let order: serde_json::Value = response.json().await.expect("json");
+    assert_eq!(order["items"], json!([{"product_id": 1001, "quantity": 2}]));
+    assert_eq!(order["amount"], "200.00");
+}
+
+#[tokio::test]
+async fn a_body_over_64_kib_is_refused_with_413() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let padding = "x".repeat(70 * 1024);
+    let body = format!("{{\"user_id\": 1, \"pad\": \"{padding}\"}}");
+    let response = app.post_order_raw(Some(&token), body).await;
+    assert_problem(response, 413, "payload-too-large").await;
+    assert_eq!(app.count("orders").await, 0);
+}

@@ -1,0 +1,134 @@
+//! Operator endpoints over the outbox (both services): list rows by status (dead ones are
+//! those that exhausted their retries) and send one again.
+
+use axum::extract::{FromRef, State};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use shared::Problem;
+use sqlx::PgPool;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::pagination::{self, Page};
+use super::{AdminAuth, Json, Path, Query};
+
+/// The pool the admin endpoints read; services provide it with `FromRef`.
+#[derive(Debug, Clone)]
+pub struct OutboxDb(pub PgPool);
+
+impl FromRef<PgPool> for OutboxDb {
+    fn from_ref(pool: &PgPool) -> Self {
+        Self(pool.clone())
+    }
+}
+
+/// One outbox row as operators see it.
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+pub struct OutboxEntry {
+    pub id: i64,
+    /// Also the AMQP `message_id`.
+    pub event_id: Uuid,
+    pub exchange: String,
+    pub routing_key: String,
+    /// `pending`, `sent` or `dead`.
+    pub status: String,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub sent_at: Option<DateTime<Utc>>,
+    /// The event envelope as it is published.
+    pub payload: serde_json::Value,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct OutboxQuery {
+    /// `dead` (default), `pending` or `sent`.
+    status: Option<String>,
+    /// Page size: default 20, at most 100.
+    limit: Option<String>,
+    /// The `next` cursor of the previous page.
+    after: Option<String>,
+}
+
+/// List outbox rows by status
+#[utoipa::path(
+    get, path = "/admin/outbox", tag = "operations",
+    params(OutboxQuery),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "One page of rows, oldest first", body = inline(Page<OutboxEntry>)),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad status, limit or cursor", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list(
+    _: AdminAuth,
+    State(OutboxDb(db)): State<OutboxDb>,
+    Query(query): Query<OutboxQuery>,
+) -> Result<Json<Page<OutboxEntry>>, Problem> {
+    let status = query.status.as_deref().unwrap_or("dead");
+    if !["dead", "pending", "sent"].contains(&status) {
+        return Err(Problem::validation("status must be dead, pending or sent"));
+    }
+    let limit = pagination::limit(query.limit.as_deref())?;
+    let after = match query.after.as_deref() {
+        None => 0,
+        Some(raw) => raw.parse::<i64>().map_err(|_| {
+            Problem::validation(format!("after {raw:?} is not a cursor this API returned"))
+        })?,
+    };
+    let rows: Vec<OutboxEntry> = sqlx::query_as(
+        "SELECT id, event_id, exchange, routing_key, status, attempts, next_attempt_at, \
+         last_error, created_at, sent_at, payload \
+         FROM outbox WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3",
+    )
+    .bind(status)
+    .bind(after)
+    .bind(limit + 1)
+    .fetch_all(&db)
+    .await
+    .map_err(internal)?;
+    Ok(Json(Page::from_rows(rows, limit, |r| r.id.to_string())))
+}
+
+/// Send an outbox row again
+///
+/// Puts the row back in the queue with a fresh attempt budget; the relay publishes it
+/// within milliseconds. Consumers deduplicate by event id, so re-sending is always safe.
+#[utoipa::path(
+    post, path = "/admin/outbox/{id}/retry", tag = "operations",
+    params(("id" = i64, Path, description = "The outbox row's id")),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The row, pending again", body = OutboxEntry),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such row", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn retry(
+    _: AdminAuth,
+    State(OutboxDb(db)): State<OutboxDb>,
+    Path(id): Path<i64>,
+) -> Result<Json<OutboxEntry>, Problem> {
+    let row: Option<OutboxEntry> = sqlx::query_as(
+        "WITH wake AS (SELECT pg_notify('outbox', '')) \
+         UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(), \
+         last_error = NULL, updated_at = now() \
+         WHERE id = $1 AND EXISTS (SELECT 1 FROM wake) \
+         RETURNING id, event_id, exchange, routing_key, status, attempts, next_attempt_at, \
+         last_error, created_at, sent_at, payload",
+    )
+    .bind(id)
+    .fetch_optional(&db)
+    .await
+    .map_err(internal)?;
+    row.map(Json)
+        .ok_or_else(|| Problem::not_found(format!("outbox row {id} not found")))
+}
+
+fn internal(error: sqlx::Error) -> Problem {
+    tracing::error!(%error, "outbox admin query failed");
+    Problem::internal()
+}

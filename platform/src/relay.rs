@@ -1,0 +1,329 @@
+//! The outbox relay: publishes committed outbox rows to RabbitMQ.
+//!
+//! - Woken by `LISTEN outbox` (a trigger notifies on insert), so an event leaves within
+//!   milliseconds of its commit; a short timer also runs it, for retries that came due and
+//!   for notifications lost while the listener reconnected.
+//! - Claims a batch with `FOR UPDATE SKIP LOCKED`, so several relays (one per service
+//!   instance) never publish the same row at the same time.
+//! - Publishes persistent, `mandatory` messages on a confirm channel and marks a row sent
+//!   only after the broker confirmed it. An unroutable (returned) or nacked message counts
+//!   as a failed attempt: retried with exponential backoff and jitter, and after
+//!   `max_attempts` marked `dead` for an operator (`/admin/outbox?status=dead`).
+//! - Publishing happens while the batch's rows are locked: if the process dies after the
+//!   publish but before the commit, the rows are published again — consumers deduplicate.
+//! - Checks for shutdown between batches, never in the middle of one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Confirmation};
+use sqlx::postgres::PgListener;
+use sqlx::{PgConnection, PgPool};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::amqp::{Broker, backoff};
+
+/// The notification channel the outbox trigger signals on.
+pub const OUTBOX_CHANNEL: &str = "outbox";
+
+pub const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";
+pub const OUTBOX_PUBLISH_FAILURES_TOTAL: &str = "outbox_publish_failures_total";
+pub const OUTBOX_BACKLOG: &str = "outbox_backlog";
+pub const OUTBOX_OLDEST_UNSENT_SECONDS: &str = "outbox_oldest_unsent_seconds";
+
+/// Describes the relay's metrics and exposes them at zero.
+pub fn register_metrics() {
+    crate::http::metrics::handle();
+    metrics::describe_counter!(OUTBOX_PUBLISHED_TOTAL, "Outbox rows the broker confirmed");
+    metrics::describe_counter!(
+        OUTBOX_PUBLISH_FAILURES_TOTAL,
+        "Failed publish attempts (unroutable, nacked, no confirm)"
+    );
+    metrics::describe_gauge!(
+        OUTBOX_BACKLOG,
+        "Outbox rows not yet sent (pending, due or not)"
+    );
+    metrics::describe_gauge!(
+        OUTBOX_OLDEST_UNSENT_SECONDS,
+        metrics::Unit::Seconds,
+        "Age of the oldest pending outbox row"
+    );
+    crate::http::metrics::zero_counter(OUTBOX_PUBLISHED_TOTAL, "", &[]);
+    crate::http::metrics::zero_counter(OUTBOX_PUBLISH_FAILURES_TOTAL, "", &[]);
+    crate::http::metrics::zero_gauge(OUTBOX_BACKLOG);
+    crate::http::metrics::zero_gauge(OUTBOX_OLDEST_UNSENT_SECONDS);
+}
+
+#[derive(Debug, Clone)]
+pub struct RelaySettings {
+    /// Rows claimed and published per transaction.
+    pub batch_size: i64,
+    /// Attempts before a row is marked `dead`.
+    pub max_attempts: i32,
+    /// First retry delay; doubles per attempt, with jitter, up to `max_backoff`.
+    pub base_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Longest wait between runs when no notification arrives.
+    pub idle_poll: Duration,
+    /// How long a publish may wait for the broker's confirm.
+    pub confirm_timeout: Duration,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        Self {
+            batch_size: 200,
+            max_attempts: 10,
+            base_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(60),
+            idle_poll: Duration::from_millis(500),
+            confirm_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct OutboxRow {
+    id: i64,
+    event_id: Uuid,
+    exchange: String,
+    routing_key: String,
+    payload: serde_json::Value,
+    headers: serde_json::Value,
+    attempts: i32,
+}
+
+/// Runs until `shutdown`.
+pub async fn run(db: PgPool, broker: Broker, settings: RelaySettings, shutdown: CancellationToken) {
+    let wake = Arc::new(Notify::new());
+    let listener = tokio::spawn(listen(db.clone(), wake.clone(), shutdown.clone()));
+    let mut channel: Option<Channel> = None;
+    while !shutdown.is_cancelled() {
+        if channel.as_ref().is_none_or(|c| !c.status().connected()) {
+            channel = match confirm_channel(&broker, &shutdown).await {
+                Some(c) => Some(c),
+                None => break,
+            };
+        }
+        let Some(publisher) = channel.as_ref() else {
+            continue;
+        };
+        match relay_batch(&db, publisher, &settings).await {
+            // A full batch: more may be waiting, go again at once.
+            Ok(n) if n as i64 >= settings.batch_size => continue,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(error = format!("{error:#}"), "outbox relay batch failed");
+                channel = None;
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+                continue;
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(settings.idle_poll) => {}
+        }
+    }
+    listener.abort();
+}
+
+async fn confirm_channel(broker: &Broker, shutdown: &CancellationToken) -> Option<Channel> {
+    loop {
+        let conn = broker.connection(shutdown).await?;
+        let attempt = async {
+            let channel = conn.create_channel().await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            Ok::<_, lapin::Error>(channel)
+        };
+        match attempt.await {
+            Ok(channel) => return Some(channel),
+            Err(error) => {
+                tracing::warn!(%error, "cannot open a confirm channel");
+                tokio::select! {
+                    () = shutdown.cancelled() => return None,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Keeps a `LISTEN outbox` connection and turns notifications into wake-ups.
+async fn listen(db: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
+    while !shutdown.is_cancelled() {
+        let listener = async {
+            let mut listener = PgListener::connect_with(&db).await?;
+            listener.listen(OUTBOX_CHANNEL).await?;
+            // Rows committed while we were not listening are picked up by this wake-up.
+            wake.notify_one();
+            loop {
+                listener.recv().await?;
+                wake.notify_one();
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), sqlx::Error>(())
+        };
+        if let Err(error) = listener.await {
+            tracing::warn!(%error, "outbox listener lost its connection; reconnecting");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// Claims, publishes and settles one batch; returns how many rows it handled.
+async fn relay_batch(
+    db: &PgPool,
+    channel: &Channel,
+    settings: &RelaySettings,
+) -> anyhow::Result<usize> {
+    let mut tx = db
+        .begin()
+        .await
+        .context("beginning the relay transaction")?;
+    let rows: Vec<OutboxRow> = sqlx::query_as(
+        "SELECT id, event_id, exchange, routing_key, payload, headers, attempts FROM outbox \
+         WHERE status = 'pending' AND next_attempt_at <= now() \
+         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(settings.batch_size)
+    .fetch_all(&mut *tx)
+    .await
+    .context("claiming outbox rows")?;
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(0);
+    }
+
+    // Send the whole batch, then collect the confirms: one round trip for many messages.
+    let mut pending = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let body = serde_json::to_vec(&row.payload).unwrap_or_default();
+        let publish = channel
+            .basic_publish(
+                row.exchange.as_str().into(),
+                row.routing_key.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                &body,
+                properties(row),
+            )
+            .await;
+        pending.push(publish);
+    }
+    let mut sent = Vec::with_capacity(rows.len());
+    let mut channel_broken = false;
+    for (row, publish) in rows.iter().zip(pending) {
+        let outcome = match publish {
+            Ok(confirm) => match tokio::time::timeout(settings.confirm_timeout, confirm).await {
+                Ok(Ok(Confirmation::Ack(None))) => Ok(()),
+                Ok(Ok(Confirmation::Ack(Some(_)))) => {
+                    Err("unroutable: no queue is bound for it".to_owned())
+                }
+                Ok(Ok(Confirmation::Nack(_))) => Err("the broker refused the message".to_owned()),
+                Ok(Ok(Confirmation::NotRequested)) => {
+                    Err("the channel does not confirm".to_owned())
+                }
+                Ok(Err(e)) => {
+                    channel_broken = true;
+                    Err(e.to_string())
+                }
+                Err(_) => {
+                    channel_broken = true;
+                    Err("no confirm within the timeout".to_owned())
+                }
+            },
+            Err(e) => {
+                channel_broken = true;
+                Err(e.to_string())
+            }
+        };
+        match outcome {
+            Ok(()) => sent.push(row.id),
+            Err(error) => {
+                metrics::counter!(OUTBOX_PUBLISH_FAILURES_TOTAL).increment(1);
+                record_failure(&mut tx, row, &error, settings).await?;
+            }
+        }
+    }
+    sqlx::query(
+        "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now() WHERE id = ANY($1)",
+    )
+    .bind(&sent)
+    .execute(&mut *tx)
+    .await
+    .context("marking outbox rows sent")?;
+    tx.commit()
+        .await
+        .context("committing the relay transaction")?;
+    metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(sent.len() as u64);
+    if channel_broken {
+        anyhow::bail!("the publishing channel failed");
+    }
+    Ok(rows.len())
+}
+
+fn properties(row: &OutboxRow) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    if let Some(map) = row.headers.as_object() {
+        for (key, value) in map {
+            if let Some(text) = value.as_str() {
+                headers.insert(key.as_str().into(), AMQPValue::LongString(text.into()));
+            }
+        }
+    }
+    BasicProperties::default()
+        .with_message_id(row.event_id.to_string().into())
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2)
+        .with_type(row.routing_key.as_str().into())
+        .with_timestamp(
+            chrono::Utc::now()
+                .timestamp()
+                .try_into()
+                .unwrap_or_default(),
+        )
+        .with_headers(headers)
+}
+
+async fn record_failure(
+    conn: &mut PgConnection,
+    row: &OutboxRow,
+    error: &str,
+    settings: &RelaySettings,
+) -> sqlx::Result<()> {
+    let attempts = row.attempts + 1;
+    let delay = backoff(attempts as u32, settings.base_backoff, settings.max_backoff);
+    let dead = attempts >= settings.max_attempts;
+    if dead {
+        tracing::error!(event_id = %row.event_id, attempts, error, "outbox row is dead after its last attempt");
+    } else {
+        tracing::warn!(event_id = %row.event_id, attempts, error, "publish failed; will retry");
+    }
+    sqlx::query(
+        "UPDATE outbox SET attempts = $2, last_error = $3, updated_at = now(), \
+         next_attempt_at = now() + make_interval(secs => $4), \
+         status = CASE WHEN $5 THEN 'dead' ELSE 'pending' END \
+         WHERE id = $1",
+    )
+    .bind(row.id)
+    .bind(attempts)
+    .bind(error)
+    .bind(delay.as_secs_f64())
+    .bind(dead)
+    .execute(conn)
+    .await
+    .map(drop)
+}
