@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use order_service::config::Config;
-use platform::testing::{self, TestDatabase};
+use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost};
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -14,6 +14,8 @@ pub struct TestApp {
     pub db: TestDatabase,
     pub redis_prefix: String,
     pub client: reqwest::Client,
+    /// The app's own RabbitMQ vhost, when it has a broker.
+    pub vhost: Option<TestVhost>,
     shutdown: CancellationToken,
 }
 
@@ -23,8 +25,26 @@ impl TestApp {
         Self::spawn_with(|_| {}).await
     }
 
+    /// A service with its own RabbitMQ vhost: relay, consumer and topology all run.
+    pub async fn spawn_with_broker(configure: impl FnOnce(&mut Config)) -> Self {
+        let vhost = TestVhost::create();
+        let url = vhost.url.clone();
+        let mut app = Self::spawn_with(|c| {
+            c.amqp_url = url;
+            configure(c);
+        })
+        .await;
+        app.vhost = Some(vhost);
+        app
+    }
+
+    /// A raw AMQP client on the app's vhost (topology declared).
+    pub async fn probe(&self) -> AmqpProbe {
+        AmqpProbe::connect(&self.vhost.as_ref().expect("spawned with a broker").url).await
+    }
+
     pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> Self {
-        platform::telemetry::init();
+        testing::init_logs();
         let db = TestDatabase::create("orders", &order_service::MIGRATOR).await;
         let redis_prefix = testing::redis_prefix();
         let mut config = Config {
@@ -56,6 +76,7 @@ impl TestApp {
             db,
             redis_prefix,
             client: reqwest::Client::new(),
+            vhost: None,
             shutdown,
         }
     }
@@ -103,6 +124,40 @@ impl TestApp {
             .send()
             .await
             .expect("request")
+    }
+
+    /// Creates an order with a fresh token; returns its JSON.
+    pub async fn create_order(&self, body: &Value) -> Value {
+        let token = self.issue_token().await;
+        let response = self.post_order(&token, body).await;
+        assert_eq!(response.status(), 202);
+        response.json().await.expect("json")
+    }
+
+    pub async fn order_status(&self, order_id: &str) -> String {
+        let order: Value = self
+            .get(&format!("/orders/{order_id}"))
+            .await
+            .json()
+            .await
+            .expect("json");
+        order["status"].as_str().expect("status").to_owned()
+    }
+
+    /// Waits until the order reaches `status`.
+    pub async fn wait_for_status(&self, order_id: &str, status: &str) {
+        eventually(Duration::from_secs(10), || async {
+            (self.order_status(order_id).await == status).then_some(())
+        })
+        .await;
+    }
+
+    pub async fn cancel(&self, order_id: &str) -> Response {
+        self.client
+            .post(self.url(&format!("/orders/{order_id}/cancel")))
+            .send()
+            .await
+            .expect("cancel")
     }
 
     pub async fn count(&self, table: &str) -> i64 {

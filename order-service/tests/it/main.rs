@@ -5,5 +5,6 @@ mod api_edge;
 mod helpers;
 mod idempotency;
 mod listing;
+mod messaging;
 mod outbox;
 mod validation;

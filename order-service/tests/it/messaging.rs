@@ -1,0 +1,344 @@
+//! SPEC §4.2 from order-service's side, against a real RabbitMQ vhost per test: the relay,
+//! the consumer of inventory's events, cancel, dead letters and the admin outbox.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use shared::keys;
+use uuid::Uuid;
+
+use crate::helpers::{TestApp, assert_problem, eventually, order_body};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn envelope(event_type: &str, payload: Value) -> (String, Vec<u8>) {
+    let event_id = Uuid::now_v7().to_string();
+    let body = json!({
+        "event_id": event_id, "version": 1, "occurred_at": chrono::Utc::now(),
+        "event_type": event_type, "payload": payload,
+    });
+    (event_id, body.to_string().into_bytes())
+}
+
+#[tokio::test]
+async fn a_new_order_is_published_persistent_with_its_id_and_trace() {
+    let app = TestApp::spawn_with_broker(|_| {}).await;
+    let order = app.create_order(&order_body(1, 1001, 2)).await;
+    let probe = app.probe().await;
+    let messages = probe
+        .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 1, WAIT)
+        .await;
+    let message = messages.first().expect("order.created arrives");
+    assert_eq!(message.routing_key, "order.created");
+    assert!(message.persistent);
+    assert_eq!(message.content_type.as_deref(), Some("application/json"));
+    assert_eq!(message.body["payload"]["order_id"], order["order_id"]);
+    assert_eq!(
+        message.message_id.as_deref(),
+        message.body["event_id"].as_str()
+    );
+    assert!(
+        message
+            .traceparent
+            .as_deref()
+            .is_some_and(|t| t.starts_with("00-"))
+    );
+    let status: String = eventually(WAIT, || async {
+        let status: String = sqlx::query_scalar("SELECT status FROM outbox")
+            .fetch_one(&app.db.pool)
+            .await
+            .ok()?;
+        (status == "sent").then_some(status)
+    })
+    .await;
+    assert_eq!(status, "sent");
+}
+
+#[tokio::test]
+async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
+    let app = TestApp::spawn_with_broker(|_| {}).await;
+    let order = app.create_order(&order_body(1, 1001, 2)).await;
+    let order_id = order["order_id"].as_str().expect("id");
+    let probe = app.probe().await;
+    let (event_id, body) = envelope(
+        "inventory.reserved",
+        json!({"order_id": order_id, "items": order["items"]}),
+    );
+    for _ in 0..2 {
+        probe
+            .publish(
+                keys::INVENTORY_EXCHANGE,
+                "inventory.reserved",
+                &body,
+                Some(&event_id),
+            )
+            .await;
+    }
+    app.wait_for_status(order_id, "CONFIRMED").await;
+    eventually(WAIT, || async {
+        (probe.ready(keys::ORDER_INVENTORY_EVENTS_QUEUE).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(app.count("processed_messages").await, 1);
+    assert_eq!(
+        probe
+            .ready(&keys::dead_letter_queue(keys::ORDER_INVENTORY_EVENTS_QUEUE))
+            .await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_rejection_settles_the_order_with_its_reason() {
+    let app = TestApp::spawn_with_broker(|_| {}).await;
+    let order = app.create_order(&order_body(1, 1001, 2)).await;
+    let order_id = order["order_id"].as_str().expect("id");
+    let probe = app.probe().await;
+    let (event_id, body) = envelope(
+        "inventory.rejected",
+        json!({"order_id": order_id, "reason": "insufficient_stock"}),
+    );
+    probe
+        .publish(
+            keys::INVENTORY_EXCHANGE,
+            "inventory.rejected",
+            &body,
+            Some(&event_id),
+        )
+        .await;
+    app.wait_for_status(order_id, "REJECTED").await;
+    let order: Value = app
+        .get(&format!("/orders/{order_id}"))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(order["rejection_reason"], "insufficient_stock");
+    // A rejected order cannot be cancelled.
+    assert_problem(app.cancel(order_id).await, 409, "order-not-cancellable").await;
+}
+
+#[tokio::test]
+async fn a_poison_message_is_dead_lettered_and_the_flow_goes_on() {
+    let app = TestApp::spawn_with_broker(|_| {}).await;
+    let probe = app.probe().await;
+    probe
+        .publish(
+            keys::INVENTORY_EXCHANGE,
+            "inventory.reserved",
+            b"{not json",
+            None,
+        )
+        .await;
+    let dlq = keys::dead_letter_queue(keys::ORDER_INVENTORY_EVENTS_QUEUE);
+    eventually(WAIT, || async {
+        (probe.ready(&dlq).await == 1).then_some(())
+    })
+    .await;
+
+    let order = app.create_order(&order_body(1, 1001, 2)).await;
+    let order_id = order["order_id"].as_str().expect("id");
+    let (event_id, body) = envelope(
+        "inventory.reserved",
+        json!({"order_id": order_id, "items": []}),
+    );
+    probe
+        .publish(
+            keys::INVENTORY_EXCHANGE,
+            "inventory.reserved",
+            &body,
+            Some(&event_id),
+        )
+        .await;
+    app.wait_for_status(order_id, "CONFIRMED").await;
+    assert_eq!(probe.ready(&dlq).await, 1);
+}
+
+#[tokio::test]
+async fn cancelling_emits_order_cancelled_once_and_repeats_answer_the_same() {
+    let app = TestApp::spawn_with_broker(|_| {}).await;
+    let order = app.create_order(&order_body(1, 1001, 2)).await;
+    let order_id = order["order_id"].as_str().expect("id");
+    let first = app.cancel(order_id).await;
+    assert_eq!(first.status(), 200);
+    let first: Value = first.json().await.expect("json");
+    assert_eq!(first["status"], "CANCELLED");
+    let again: Value = app.cancel(order_id).await.json().await.expect("json");
+    assert_eq!(again, first);
+
+    let probe = app.probe().await;
+    let messages = probe
+        .take(
+            keys::INVENTORY_ORDER_EVENTS_QUEUE,
+            3,
+            Duration::from_secs(3),
+        )
+        .await;
+    let kinds: Vec<_> = messages.iter().map(|m| m.routing_key.as_str()).collect();
+    assert_eq!(kinds, ["order.created", "order.cancelled"]);
+    assert_problem(
+        app.cancel(&Uuid::new_v4().to_string()).await,
+        404,
+        "not-found",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_reservation_for_a_cancelled_order_leaves_it_cancelled_and_asks_for_a_release() {
+    let app = TestApp::spawn_with_broker(|_| {}).await;
+    let order = app.create_order(&order_body(1, 1001, 2)).await;
+    let order_id = order["order_id"].as_str().expect("id");
+    assert_eq!(app.cancel(order_id).await.status(), 200);
+    let probe = app.probe().await;
+    let (event_id, body) = envelope(
+        "inventory.reserved",
+        json!({"order_id": order_id, "items": order["items"]}),
+    );
+    probe
+        .publish(
+            keys::INVENTORY_EXCHANGE,
+            "inventory.reserved",
+            &body,
+            Some(&event_id),
+        )
+        .await;
+
+    let messages = probe
+        .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 3, WAIT)
+        .await;
+    let cancels = messages
+        .iter()
+        .filter(|m| m.routing_key == "order.cancelled")
+        .count();
+    assert_eq!(cancels, 2, "the cancel and the release request");
+    assert_eq!(app.order_status(order_id).await, "CANCELLED");
+}
+
+#[tokio::test]
+async fn several_relays_publish_each_outbox_row_exactly_once() {
+    let app = TestApp::spawn_with_broker(|_| {}).await;
+    let rows = 300;
+    sqlx::query(
+        "INSERT INTO outbox (event_id, exchange, routing_key, payload) \
+         SELECT gen_random_uuid(), 'orders.events', 'order.cancelled', \
+                jsonb_build_object('n', n) FROM generate_series(1, $1) AS n",
+    )
+    .bind(rows)
+    .execute(&app.db.pool)
+    .await
+    .expect("seed");
+    // The app runs one relay; two more compete for the same rows.
+    let broker = platform::amqp::Broker::new(&app.vhost.as_ref().expect("vhost").url);
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(broker.clone().supervise(stop.clone()));
+    for _ in 0..2 {
+        let settings = platform::relay::RelaySettings {
+            batch_size: 7,
+            ..Default::default()
+        };
+        tokio::spawn(platform::relay::run(
+            app.db.pool.clone(),
+            broker.clone(),
+            settings,
+            stop.clone(),
+        ));
+    }
+    let probe = app.probe().await;
+    let messages = probe
+        .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, rows as usize, WAIT)
+        .await;
+    stop.cancel();
+    let ids: HashSet<_> = messages
+        .iter()
+        .filter_map(|m| m.message_id.clone())
+        .collect();
+    assert_eq!(messages.len(), rows as usize);
+    assert_eq!(ids.len(), rows as usize, "no row published twice");
+    let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status <> 'sent'")
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("count");
+    assert_eq!(unsent, 0);
+    assert_eq!(probe.ready(keys::INVENTORY_ORDER_EVENTS_QUEUE).await, 0);
+}
+
+#[tokio::test]
+async fn an_unroutable_row_dies_after_its_attempts_and_an_operator_can_send_it_again() {
+    let app = TestApp::spawn_with_broker(|c| {
+        c.messaging.relay.max_attempts = 2;
+        c.messaging.relay.base_backoff = Duration::from_millis(10);
+        c.messaging.relay.max_backoff = Duration::from_millis(20);
+    })
+    .await;
+    // No queue is bound to `inventory.events` with this key: the publish comes back.
+    sqlx::query(
+        "INSERT INTO outbox (event_id, exchange, routing_key, payload) \
+         VALUES (gen_random_uuid(), 'inventory.events', 'nowhere.at.all', '{}')",
+    )
+    .execute(&app.db.pool)
+    .await
+    .expect("seed");
+    let admin = |path: &str| {
+        app.client
+            .get(app.url(path))
+            .bearer_auth("test-admin-token")
+    };
+    let dead: Value = eventually(WAIT, || async {
+        let page: Value = admin("/admin/outbox?status=dead")
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (!page["items"].as_array()?.is_empty()).then_some(page)
+    })
+    .await;
+    let row = &dead["items"][0];
+    assert_eq!(row["attempts"], 2);
+    assert!(
+        row["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("unroutable"))
+    );
+    let unauthorized = app
+        .client
+        .get(app.url("/admin/outbox"))
+        .send()
+        .await
+        .expect("send");
+    assert_problem(unauthorized, 401, "unauthorized").await;
+
+    // The operator fixes the cause, then asks for one more send.
+    sqlx::query("UPDATE outbox SET routing_key = 'order.cancelled', exchange = 'orders.events'")
+        .execute(&app.db.pool)
+        .await
+        .expect("fix");
+    let id = row["id"].as_i64().expect("id");
+    let retried = app
+        .client
+        .post(app.url(&format!("/admin/outbox/{id}/retry")))
+        .bearer_auth("test-admin-token")
+        .send()
+        .await
+        .expect("retry");
+    assert_eq!(retried.status(), 200);
+    let probe = app.probe().await;
+    assert_eq!(
+        probe
+            .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 1, WAIT)
+            .await
+            .len(),
+        1
+    );
+    let missing = app
+        .client
+        .post(app.url("/admin/outbox/999999/retry"))
+        .bearer_auth("test-admin-token")
+        .send()
+        .await
+        .expect("retry");
+    assert_problem(missing, 404, "not-found").await;
+}
