@@ -7,4 +7,5 @@ mod idempotency;
 mod listing;
 mod messaging;
 mod outbox;
+mod reconciliation;
 mod validation;
