@@ -26,7 +26,7 @@ const PROBLEM: &str = "application/problem+json";
 /// first response (`Idempotent-Replayed: true`). The order starts `PENDING` and settles once
 /// inventory has answered.
 #[utoipa::path(
-    post, path = "/orders", tag = "orders",
+    post, path = "/orders", operation_id = "create_order", tag = "orders",
     params(("Idempotency-Key" = Uuid, Header, description = "A token from `POST /idempotency-tokens`")),
     request_body = CreateOrderRequest,
     responses(
@@ -69,7 +69,7 @@ pub async fn create(
 
 /// Get an order
 #[utoipa::path(
-    get, path = "/orders/{order_id}", tag = "orders",
+    get, path = "/orders/{order_id}", operation_id = "get_order", tag = "orders",
     params(("order_id" = Uuid, Path, description = "The order's id")),
     responses(
         (status = 200, description = "The order", body = Order),
@@ -103,7 +103,7 @@ pub struct ListParams {
 
 /// List orders, newest first
 #[utoipa::path(
-    get, path = "/orders", tag = "orders",
+    get, path = "/orders", operation_id = "list_orders", tag = "orders",
     params(ListParams),
     responses(
         (status = 200, description = "One page of orders", body = inline(Page<Order>)),
@@ -188,7 +188,7 @@ mod tests {
 /// `PENDING` or `CONFIRMED` orders become `CANCELLED` and inventory gives back whatever it
 /// deducted for them (once). Cancelling a cancelled order returns it again.
 #[utoipa::path(
-    post, path = "/orders/{order_id}/cancel", tag = "orders",
+    post, path = "/orders/{order_id}/cancel", operation_id = "cancel_order", tag = "orders",
     params(("order_id" = Uuid, Path, description = "The order's id")),
     responses(
         (status = 200, description = "The cancelled order", body = Order),

@@ -22,7 +22,7 @@ pub struct IssuedToken {
 /// Send it as `Idempotency-Key` with `POST /orders`; retries with the same token and body
 /// replay the first response instead of creating a second order.
 #[utoipa::path(
-    post, path = "/idempotency-tokens", tag = "orders",
+    post, path = "/idempotency-tokens", operation_id = "issue_idempotency_token", tag = "orders",
     responses(
         (status = 201, description = "Token issued", body = IssuedToken),
         (status = 503, description = "Redis unreachable", body = shared::Problem, content_type = "application/problem+json"),

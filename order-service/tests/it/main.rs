@@ -6,6 +6,8 @@ mod helpers;
 mod idempotency;
 mod listing;
 mod messaging;
+mod openapi_snapshot;
 mod outbox;
+mod process;
 mod reconciliation;
 mod validation;

@@ -54,7 +54,7 @@ pub struct OutboxQuery {
 
 /// List outbox rows by status
 #[utoipa::path(
-    get, path = "/admin/outbox", tag = "operations",
+    get, path = "/admin/outbox", operation_id = "list_outbox_rows", tag = "operations",
     params(OutboxQuery),
     security(("admin_token" = [])),
     responses(
@@ -98,7 +98,7 @@ pub async fn list(
 /// Puts the row back in the queue with a fresh attempt budget; the relay publishes it
 /// within milliseconds. Consumers deduplicate by event id, so re-sending is always safe.
 #[utoipa::path(
-    post, path = "/admin/outbox/{id}/retry", tag = "operations",
+    post, path = "/admin/outbox/{id}/retry", operation_id = "retry_outbox_row", tag = "operations",
     params(("id" = i64, Path, description = "The outbox row's id")),
     security(("admin_token" = [])),
     responses(
