@@ -1,6 +1,6 @@
 //! order-service's own metrics (SPEC §5); HTTP, outbox and consumer metrics live in `platform`.
 
-use platform::http::metrics::zero_counter;
+use platform::http::metrics::{zero_counter, zero_histogram};
 
 pub const ORDER_TRANSITIONS_TOTAL: &str = "order_transitions_total";
 pub const ORDER_END_TO_END_SECONDS: &str = "order_end_to_end_seconds";
@@ -21,4 +21,5 @@ pub fn register() {
         "to",
         &["PENDING", "CONFIRMED", "REJECTED", "CANCELLED"],
     );
+    zero_histogram(ORDER_END_TO_END_SECONDS);
 }

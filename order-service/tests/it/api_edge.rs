@@ -61,7 +61,6 @@ async fn readiness_names_what_is_down() {
 #[tokio::test]
 async fn metrics_expose_the_contract_names_from_the_start() {
     let app = TestApp::spawn().await;
-    app.get("/healthz").await;
     let response = app.get("/metrics").await;
     assert_eq!(response.status(), 200);
     let text = response.text().await.expect("text");
@@ -69,6 +68,12 @@ async fn metrics_expose_the_contract_names_from_the_start() {
         "http_requests_total",
         "http_request_duration_seconds_bucket",
         "order_transitions_total",
+        "order_end_to_end_seconds",
+        "outbox_published_total",
+        "outbox_publish_failures_total",
+        "outbox_backlog",
+        "outbox_oldest_unsent_seconds",
+        "messages_consumed_total{result=\"dead_lettered\"}",
     ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }

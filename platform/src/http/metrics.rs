@@ -62,8 +62,7 @@ fn describe_http() {
     );
     let labels = [("method", "GET"), ("route", "/healthz"), ("status", "200")];
     metrics::counter!(HTTP_REQUESTS_TOTAL, &labels).absolute(0);
-    // A histogram cannot be shown at zero observations by the exporter; the first request
-    // (the health probe, usually) brings it.
+    let _ = metrics::histogram!(HTTP_REQUEST_DURATION_SECONDS, &labels);
 }
 
 /// Registers a counter at zero for each label value, so it is exposed before its first event.
@@ -74,6 +73,11 @@ pub fn zero_counter(name: &'static str, label: &'static str, values: &[&'static 
     for value in values {
         metrics::counter!(name, label => *value).absolute(0);
     }
+}
+
+/// Registers a histogram, so it is exposed (with zero observations) before its first one.
+pub fn zero_histogram(name: &'static str) {
+    let _ = metrics::histogram!(name);
 }
 
 /// Registers a gauge at zero.
