@@ -10,4 +10,5 @@ mod openapi_snapshot;
 mod outbox;
 mod process;
 mod reconciliation;
+mod recovery;
 mod validation;

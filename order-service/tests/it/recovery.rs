@@ -1,0 +1,105 @@
+//! Connections come back by themselves: RabbitMQ, Redis and PostgreSQL are cut off through a
+//! proxy the test controls, then let back in; no service restart.
+
+use std::time::Duration;
+
+use platform::testing::{self, ChaosProxy, TestVhost};
+use shared::keys;
+
+use crate::helpers::{TestApp, eventually, order_body};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn events_written_while_the_broker_is_unreachable_are_published_when_it_returns() {
+    let vhost = TestVhost::create();
+    let proxy = ChaosProxy::start("127.0.0.1:5672").await;
+    let via_proxy = format!("amqp://guest:guest@{}/{}", proxy.addr, vhost.name);
+    let app = TestApp::spawn_with(|c| c.amqp_url = via_proxy).await;
+    let probe = platform::testing::AmqpProbe::connect(&vhost.url).await;
+
+    app.create_order(&order_body(1, 1001, 1)).await;
+    assert_eq!(
+        probe
+            .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 1, WAIT)
+            .await
+            .len(),
+        1
+    );
+
+    proxy.cut();
+    eventually(WAIT, || async {
+        (app.get("/readyz").await.status() == 503).then_some(())
+    })
+    .await;
+    let during = app.create_order(&order_body(1, 1002, 1)).await;
+    assert_eq!(probe.ready(keys::INVENTORY_ORDER_EVENTS_QUEUE).await, 0);
+
+    proxy.restore();
+    let published = probe
+        .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 1, WAIT)
+        .await;
+    assert_eq!(
+        published.len(),
+        1,
+        "the order taken during the outage is published"
+    );
+    assert_eq!(published[0].body["payload"]["order_id"], during["order_id"]);
+    eventually(WAIT, || async {
+        (app.get("/readyz").await.status() == 200).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_and_postgres_outages_heal_without_a_restart() {
+    let redis = ChaosProxy::start("127.0.0.1:6379").await;
+    let postgres = ChaosProxy::start("127.0.0.1:5432").await;
+    let db = testing::TestDatabase::create("orders_recovery", &order_service::MIGRATOR).await;
+    let redis_url = format!("redis://{}/0", redis.addr);
+    let database_url = format!("postgres://postgres@{}/{}", postgres.addr, db.name);
+    let app = TestApp::spawn_with(|c| {
+        c.redis_url = redis_url;
+        c.database_url = database_url;
+    })
+    .await;
+    app.create_order(&order_body(1, 1001, 1)).await;
+
+    redis.cut();
+    let refused = app
+        .client
+        .post(app.url("/idempotency-tokens"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(refused.status(), 503);
+    redis.restore();
+    eventually(WAIT, || async {
+        let response = app
+            .client
+            .post(app.url("/idempotency-tokens"))
+            .send()
+            .await
+            .ok()?;
+        (response.status() == 201).then_some(())
+    })
+    .await;
+
+    postgres.cut();
+    let token = app.issue_token().await;
+    let failed = app.post_order(&token, &order_body(1, 1002, 1)).await;
+    assert!(failed.status().is_server_error(), "{}", failed.status());
+    postgres.restore();
+    // The same token works once PostgreSQL is back: the failed attempt gave it back.
+    let order = eventually(WAIT, || async {
+        let response = app.post_order(&token, &order_body(1, 1002, 1)).await;
+        (response.status() == 202).then_some(())
+    })
+    .await;
+    let () = order;
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&db.pool)
+        .await
+        .expect("count");
+    assert_eq!(orders, 2);
+}
