@@ -1,0 +1,119 @@
+//! The service's configuration: plain environment variables, each with a working local default.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use platform::config;
+
+/// Everything the service reads from its environment, read once at start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `HTTP_ADDR`: where the HTTP API listens. Default `127.0.0.1:8081`.
+    pub http_addr: SocketAddr,
+    /// `DATABASE_URL`: the service's own PostgreSQL database, created on start when missing.
+    /// Default `postgres://postgres@127.0.0.1:5432/inventory`.
+    pub database_url: String,
+    /// `DATABASE_MAX_CONNECTIONS`: size of the connection pool. Default `20`.
+    pub database_max_connections: u32,
+    /// `REDIS_URL`: the Redis that holds the stock locks. Default `redis://127.0.0.1:6379/0`.
+    pub redis_url: String,
+    /// `REDIS_KEY_PREFIX`: put before every Redis key, so several deployments (or test runs)
+    /// can share one Redis. Default empty.
+    pub redis_key_prefix: String,
+    /// `AMQP_URL`: the RabbitMQ broker. Default `amqp://guest:guest@127.0.0.1:5672/%2f`.
+    pub amqp_url: String,
+    /// `ADMIN_TOKEN`: the bearer token admin endpoints require. Unset (the default): every
+    /// admin request answers 401, and a warning is logged at start.
+    pub admin_token: Option<String>,
+    /// `LOCK_TTL_MS`: time to live of a product's Redis lock; renewed every third of it while
+    /// held. Default `10000`; at least `100`.
+    pub lock_ttl: Duration,
+    /// `LOCK_WAIT_MS`: how long a deduction waits for its locks (and for its turn, when it keeps
+    /// losing races) before answering 503 `busy`. Default `5000`.
+    pub lock_wait: Duration,
+    /// `REQUEST_TIMEOUT_SECS`: an HTTP request still running after this answers 503. Default `10`.
+    pub request_timeout: Duration,
+}
+
+impl Default for Config {
+    /// The local defaults, without looking at the environment.
+    fn default() -> Self {
+        Self {
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            database_url: "postgres://postgres@127.0.0.1:5432/inventory".to_owned(),
+            database_max_connections: 20,
+            redis_url: "redis://127.0.0.1:6379/0".to_owned(),
+            redis_key_prefix: String::new(),
+            amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned(),
+            admin_token: None,
+            lock_ttl: Duration::from_millis(10_000),
+            lock_wait: Duration::from_millis(5_000),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Config {
+    /// Reads every variable; an error names the variable that is wrong.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let defaults = Self::default();
+        let config = Self {
+            http_addr: config::parsed("HTTP_ADDR", defaults.http_addr)?,
+            database_url: config::string("DATABASE_URL", &defaults.database_url),
+            database_max_connections: config::parsed(
+                "DATABASE_MAX_CONNECTIONS",
+                defaults.database_max_connections,
+            )?,
+            redis_url: config::string("REDIS_URL", &defaults.redis_url),
+            redis_key_prefix: std::env::var("REDIS_KEY_PREFIX").unwrap_or_default(),
+            amqp_url: config::string("AMQP_URL", &defaults.amqp_url),
+            admin_token: config::optional("ADMIN_TOKEN"),
+            lock_ttl: config::millis("LOCK_TTL_MS", 10_000)?,
+            lock_wait: config::millis("LOCK_WAIT_MS", 5_000)?,
+            request_timeout: config::secs("REQUEST_TIMEOUT_SECS", 10)?,
+        };
+        config.validate().context("invalid configuration")?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.lock_ttl >= Duration::from_millis(100),
+            "LOCK_TTL_MS must be at least 100"
+        );
+        ensure!(!self.lock_wait.is_zero(), "LOCK_WAIT_MS must be at least 1");
+        ensure!(
+            self.database_max_connections >= 1,
+            "DATABASE_MAX_CONNECTIONS must be at least 1"
+        );
+        ensure!(
+            !self.request_timeout.is_zero(),
+            "REQUEST_TIMEOUT_SECS must be at least 1"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid_and_match_the_contract() {
+        let config = Config::default();
+        assert!(config.validate().is_ok());
+        assert_eq!(config.http_addr.to_string(), "127.0.0.1:8081");
+        assert_eq!(config.lock_ttl, Duration::from_secs(10));
+        assert!(config.admin_token.is_none());
+    }
+
+    #[test]
+    fn a_tiny_lock_ttl_is_refused() {
+        let config = Config {
+            lock_ttl: Duration::from_millis(10),
+            ..Config::default()
+        };
+        assert!(config.validate().is_err());
+    }
+}

@@ -1,0 +1,94 @@
+//! The `products` table: create, read, list, restock.
+
+use chrono::{DateTime, Utc};
+use shared::ids::ProductId;
+use sqlx::PgConnection;
+
+use crate::domain::product::{NewProduct, Product, RestockQuantity};
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ProductRow {
+    pub product_id: i64,
+    pub name: String,
+    pub stock: i64,
+    pub version: i64,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<ProductRow> for Product {
+    fn from(row: ProductRow) -> Self {
+        Self {
+            product_id: ProductId(row.product_id),
+            name: row.name,
+            stock: row.stock,
+            version: row.version,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+/// Creates the product; `None` when a product with that id exists already.
+pub async fn insert(
+    conn: &mut PgConnection,
+    product: &NewProduct,
+) -> sqlx::Result<Option<Product>> {
+    let row = sqlx::query_as::<_, ProductRow>(
+        "INSERT INTO products (product_id, name, stock) VALUES ($1, $2, $3) \
+         ON CONFLICT ON CONSTRAINT products_pkey DO NOTHING \
+         RETURNING product_id, name, stock, version, updated_at",
+    )
+    .bind(product.product_id.0)
+    .bind(&product.name)
+    .bind(product.stock)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Product::from))
+}
+
+pub async fn find(conn: &mut PgConnection, product: ProductId) -> sqlx::Result<Option<Product>> {
+    let row = sqlx::query_as::<_, ProductRow>(
+        "SELECT product_id, name, stock, version, updated_at FROM products WHERE product_id = $1",
+    )
+    .bind(product.0)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Product::from))
+}
+
+/// Up to `limit` products with an id above `after`, in ascending product id.
+pub async fn list(
+    conn: &mut PgConnection,
+    after: Option<ProductId>,
+    limit: i64,
+) -> sqlx::Result<Vec<Product>> {
+    let rows = sqlx::query_as::<_, ProductRow>(
+        "SELECT product_id, name, stock, version, updated_at FROM products \
+         WHERE product_id > $1 ORDER BY product_id LIMIT $2",
+    )
+    .bind(after.map_or(0, |p| p.0))
+    .bind(limit)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(Product::from).collect())
+}
+
+/// Adds `quantity` to the product's stock; `None` when there is no such product.
+///
+/// A plain increment needs no lock: it cannot oversell, and the version bump makes any
+/// deduction that read the row before it re-read and retry.
+pub async fn add_stock(
+    conn: &mut PgConnection,
+    product: ProductId,
+    quantity: RestockQuantity,
+) -> sqlx::Result<Option<Product>> {
+    let row = sqlx::query_as::<_, ProductRow>(
+        "UPDATE products SET stock = stock + $2, version = version + 1, updated_at = now() \
+         WHERE product_id = $1 \
+         RETURNING product_id, name, stock, version, updated_at",
+    )
+    .bind(product.0)
+    .bind(quantity.get())
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Product::from))
+}

@@ -1,0 +1,172 @@
+//! Deductions: the items rules (shared with orders), the deduction id, the canonical form that
+//! decides whether two requests are "the same", and the outcome of deducting.
+
+use sha2::{Digest, Sha256};
+use shared::events::{LineItem, RejectionReason};
+use shared::ids::ProductId;
+
+use super::{Invalid, product_id};
+
+pub const MAX_ITEMS: usize = 100;
+pub const MAX_QUANTITY: i64 = 1_000_000;
+pub const MAX_DEDUCTION_ID_CHARS: usize = 128;
+
+/// Line items that follow the order rules: 1 to 100 items, positive product ids,
+/// 1 ≤ quantity ≤ 1,000,000, no product twice. Kept in canonical order (ascending product
+/// id), which is also the order stock is locked and deducted in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Items(Vec<LineItem>);
+
+impl Items {
+    /// Validates `(product_id, quantity)` pairs as the client sent them.
+    pub fn parse(raw: impl IntoIterator<Item = (i64, i64)>) -> Result<Self, Invalid> {
+        let mut items = Vec::new();
+        for (index, (product, quantity)) in raw.into_iter().enumerate() {
+            let product_id =
+                product_id(product).map_err(|e| Invalid::new(format!("items[{index}]: {e}")))?;
+            if !(1..=MAX_QUANTITY).contains(&quantity) {
+                return Err(Invalid::new(format!(
+                    "items[{index}]: quantity must be between 1 and {MAX_QUANTITY}, got {quantity}"
+                )));
+            }
+            items.push(LineItem {
+                product_id,
+                quantity,
+            });
+        }
+        if items.is_empty() || items.len() > MAX_ITEMS {
+            return Err(Invalid::new(format!(
+                "items must hold 1 to {MAX_ITEMS} entries, got {}",
+                items.len()
+            )));
+        }
+        items.sort_by_key(|item| item.product_id);
+        if let Some(pair) = items
+            .windows(2)
+            .find(|w| w[0].product_id == w[1].product_id)
+        {
+            return Err(Invalid::new(format!(
+                "product {} appears more than once in items",
+                pair[0].product_id
+            )));
+        }
+        Ok(Self(items))
+    }
+
+    /// The items in ascending product id.
+    pub fn as_slice(&self) -> &[LineItem] {
+        &self.0
+    }
+
+    pub fn product_ids(&self) -> Vec<ProductId> {
+        self.0.iter().map(|item| item.product_id).collect()
+    }
+
+    /// The canonical JSON: items in ascending product id, fixed key order, no whitespace.
+    pub fn canonical_json(&self) -> serde_json::Value {
+        self.0
+            .iter()
+            .map(|item| serde_json::json!({"product_id": item.product_id.0, "quantity": item.quantity}))
+            .collect()
+    }
+
+    /// sha256 (hex) of the canonical JSON: two requests carry "the same items" exactly when
+    /// their fingerprints are equal, whatever order or spacing they were sent with.
+    pub fn fingerprint(&self) -> String {
+        hex::encode(Sha256::digest(self.canonical_json().to_string().as_bytes()))
+    }
+}
+
+/// The client's name for one deduction: 1 to 128 characters, not blank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeductionId(String);
+
+impl DeductionId {
+    pub fn parse(raw: &str) -> Result<Self, Invalid> {
+        let chars = raw.chars().count();
+        if raw.trim().is_empty() {
+            return Err(Invalid::new("deduction_id must not be blank"));
+        }
+        if chars > MAX_DEDUCTION_ID_CHARS {
+            return Err(Invalid::new(format!(
+                "deduction_id must be at most {MAX_DEDUCTION_ID_CHARS} characters, got {chars}"
+            )));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A validated `POST /deductions` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeductionRequest {
+    pub id: DeductionId,
+    pub items: Items,
+}
+
+/// What deducting a set of items did: all of them, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every item was deducted.
+    Applied,
+    /// Nothing was deducted, because of `product_id` (the first item, in ascending product
+    /// id, that could not be deducted).
+    Rejected {
+        reason: RejectionReason,
+        product_id: ProductId,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_are_kept_in_ascending_product_id() {
+        let items = Items::parse([(3, 1), (1, 2), (2, 3)]).expect("valid");
+        let ids: Vec<i64> = items.as_slice().iter().map(|i| i.product_id.0).collect();
+        assert_eq!(ids, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn the_fingerprint_ignores_order_but_not_content() {
+        let a = Items::parse([(1, 2), (2, 3)]).expect("valid");
+        let b = Items::parse([(2, 3), (1, 2)]).expect("valid");
+        let c = Items::parse([(1, 2), (2, 4)]).expect("valid");
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        assert_ne!(a.fingerprint(), c.fingerprint());
+        assert_eq!(a.fingerprint().len(), 64);
+    }
+
+    #[test]
+    fn items_that_break_the_order_rules_are_refused() {
+        let too_many: Vec<(i64, i64)> = (1..=101).map(|id| (id, 1)).collect();
+        let cases: Vec<Vec<(i64, i64)>> = vec![
+            vec![],
+            too_many,
+            vec![(0, 1)],
+            vec![(-1, 1)],
+            vec![(1, 0)],
+            vec![(1, -3)],
+            vec![(1, MAX_QUANTITY + 1)],
+            vec![(1, 1), (2, 1), (1, 5)],
+        ];
+        for case in cases {
+            assert!(Items::parse(case.clone()).is_err(), "{case:?}");
+        }
+        let hundred: Vec<(i64, i64)> = (1..=100).map(|id| (id, MAX_QUANTITY)).collect();
+        assert!(Items::parse(hundred).is_ok());
+    }
+
+    #[test]
+    fn deduction_ids_are_bounded_and_not_blank() {
+        assert!(DeductionId::parse("d-1").is_ok());
+        assert!(DeductionId::parse(&"d".repeat(128)).is_ok());
+        assert!(DeductionId::parse(&"d".repeat(129)).is_err());
+        assert!(DeductionId::parse("").is_err());
+        assert!(DeductionId::parse(" \t").is_err());
+    }
+}

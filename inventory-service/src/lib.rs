@@ -1,0 +1,104 @@
+//! inventory-service: owns products and stock. Stock is deducted under a per-product Redis
+//! lock ([`lock`]) **and** a conditional SQL update ([`db::stock`]); the update is what keeps
+//! stock correct, the lock keeps contention cheap.
+//!
+//! [`build_state`] connects everything, [`build_app`] routes, [`serve`] runs until its
+//! shutdown token fires and then drains.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use platform::amqp::Broker;
+use platform::db::PoolSettings;
+use platform::http::AdminToken;
+use platform::http::health::Readiness;
+use shared::keys::RedisKeys;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub mod config;
+pub mod db;
+pub mod deduction;
+pub mod domain;
+pub mod error;
+pub mod lock;
+pub mod metrics;
+pub mod openapi;
+pub mod replay;
+pub mod restock;
+pub mod routes;
+pub mod state;
+
+pub use config::Config;
+pub use error::ApiError;
+pub use state::AppState;
+
+/// The service's migrations, embedded.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/inventory-service");
+
+/// Connects to PostgreSQL (creating and migrating the database) and prepares Redis (lazily:
+/// the service starts while Redis is down) and RabbitMQ (connected by the supervisor that
+/// [`serve`] runs); registers the metrics.
+pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
+    metrics::register();
+    let settings = PoolSettings {
+        max_connections: config.database_max_connections,
+        ..PoolSettings::default()
+    };
+    let db = platform::db::connect_and_migrate(&config.database_url, &settings, &MIGRATOR)
+        .await
+        .context("preparing the database")?;
+    let redis = platform::redis_conn::connect(&config.redis_url)?;
+    let broker = Broker::new(&config.amqp_url);
+    let locker = lock::Locker::new(
+        redis.clone(),
+        RedisKeys::new(config.redis_key_prefix.clone()),
+        lock::LockOptions {
+            ttl: config.lock_ttl,
+            wait: config.lock_wait,
+            renew: true,
+        },
+    );
+    Ok(AppState {
+        readiness: Readiness {
+            db: db.clone(),
+            redis: redis.clone(),
+            broker_up: broker.up(),
+        },
+        db,
+        redis,
+        locker,
+        broker,
+        admin_token: AdminToken::new(config.admin_token.clone()),
+        config: Arc::new(config),
+    })
+}
+
+/// The whole HTTP API, behind the shared edge (request ids, tracing, metrics, problem+json
+/// fallbacks, body limit, timeout).
+pub fn build_app(state: AppState) -> Router {
+    let timeout = state.config.request_timeout;
+    platform::http::with_edge(routes::router(state), timeout)
+}
+
+/// Serves `listener` and runs the background tasks (the broker supervisor) until `shutdown`
+/// fires; then finishes in-flight requests and waits for the tasks to stop.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let tasks = TaskTracker::new();
+    tasks.spawn(state.broker.clone().supervise(shutdown.clone()));
+    tasks.close();
+    let served = axum::serve(listener, build_app(state))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await
+        .context("serving HTTP");
+    // Also stops the tasks when the server itself failed.
+    shutdown.cancel();
+    tasks.wait().await;
+    served
+}

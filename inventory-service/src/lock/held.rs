@@ -1,0 +1,229 @@
+//! [`Locks`]: what a holder has, the watchdog that renews it, and the check before commit.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::lease::{Lease, release_all};
+use super::{LockError, LockOptions};
+use crate::metrics;
+
+/// What the watchdog and the holder share.
+#[derive(Debug)]
+struct HeldState {
+    /// Cancelled when a lock is found lost.
+    lost: CancellationToken,
+    /// Until when every lock is known to be ours: the send time of the last confirmed
+    /// acquisition or renewal plus the TTL.
+    valid_until: Mutex<Instant>,
+    /// Set once the loss was counted, so it is counted once.
+    reported: AtomicBool,
+}
+
+impl HeldState {
+    fn valid_until(&self) -> Instant {
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn extend(&self, until: Instant) {
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
+    }
+
+    fn mark_lost(&self) {
+        self.lost.cancel();
+        if !self.reported.swap(true, Ordering::Relaxed) {
+            metrics::lock_lost();
+        }
+    }
+}
+
+/// Locks held by one holder (or, when bypassed, none). Release them with [`Locks::release`];
+/// dropping them releases too, in the background.
+pub struct Locks {
+    /// `None` when bypassed.
+    conn: Option<ConnectionManager>,
+    leases: Vec<Lease>,
+    state: Arc<HeldState>,
+    /// Stops the watchdog when dropped.
+    watchdog: Option<DropGuard>,
+    released: bool,
+}
+
+impl std::fmt::Debug for Locks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locks")
+            .field(
+                "keys",
+                &self.leases.iter().map(Lease::key).collect::<Vec<_>>(),
+            )
+            .field("bypassed", &self.is_bypassed())
+            .field("lost", &self.state.lost.is_cancelled())
+            .finish()
+    }
+}
+
+impl Locks {
+    pub(super) fn held(
+        conn: ConnectionManager,
+        leases: Vec<Lease>,
+        valid_until: Instant,
+        options: LockOptions,
+    ) -> Self {
+        let state = Arc::new(HeldState {
+            lost: CancellationToken::new(),
+            valid_until: Mutex::new(valid_until),
+            reported: AtomicBool::new(false),
+        });
+        let watchdog = (options.renew && !leases.is_empty()).then(|| {
+            let stop = CancellationToken::new();
+            tokio::spawn(renew_until_stopped(
+                conn.clone(),
+                leases.clone(),
+                state.clone(),
+                options.ttl,
+                stop.clone(),
+            ));
+            stop.drop_guard()
+        });
+        Self {
+            conn: Some(conn),
+            leases,
+            state,
+            watchdog,
+            released: false,
+        }
+    }
+
+    pub(super) fn bypassed() -> Self {
+        Self {
+            conn: None,
+            leases: Vec::new(),
+            state: Arc::new(HeldState {
+                lost: CancellationToken::new(),
+                valid_until: Mutex::new(Instant::now()),
+                reported: AtomicBool::new(false),
+            }),
+            watchdog: None,
+            released: true,
+        }
+    }
+
+    /// `true` when Redis was unreachable and nothing is locked.
+    pub fn is_bypassed(&self) -> bool {
+        self.conn.is_none()
+    }
+
+    /// The Redis keys held, in the order they were taken.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.leases.iter().map(Lease::key)
+    }
+
+    /// The random tokens the keys hold, one per key, in the order of [`Locks::keys`].
+    pub fn tokens(&self) -> impl Iterator<Item = &str> {
+        self.leases.iter().map(Lease::token)
+    }
+
+    /// Cancelled as soon as the watchdog finds a lock lost; lets a long holder stop early.
+    pub fn lost(&self) -> CancellationToken {
+        self.state.lost.clone()
+    }
+
+    /// Call right before commit: `Err(Lost)` when a lock was lost or may have expired (the
+    /// last confirmed expiry has passed). Then roll back and start over. Always `Ok` when
+    /// bypassed.
+    pub fn ensure_held(&self) -> Result<(), LockError> {
+        if self.is_bypassed() || self.leases.is_empty() {
+            return Ok(());
+        }
+        if !self.state.lost.is_cancelled() && Instant::now() < self.state.valid_until() {
+            return Ok(());
+        }
+        self.state.mark_lost();
+        Err(LockError::Lost)
+    }
+
+    /// Stops renewing and deletes every key still ours (best effort: a key that cannot be
+    /// deleted expires by itself).
+    pub async fn release(mut self) {
+        drop(self.watchdog.take());
+        if let Some(mut conn) = self.conn.clone() {
+            release_all(&mut conn, &self.leases).await;
+        }
+        self.released = true;
+    }
+}
+
+impl Drop for Locks {
+    fn drop(&mut self) {
+        // Dropped without `release` (an error path, a timed-out request): free the keys now
+        // rather than after their TTL, if a runtime is there to do it.
+        if self.released {
+            return;
+        }
+        let (Some(mut conn), Ok(runtime)) =
+            (self.conn.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let leases = std::mem::take(&mut self.leases);
+        runtime.spawn(async move { release_all(&mut conn, &leases).await });
+    }
+}
+
+/// Renews every lease every `ttl / 3` until `stop`; marks the locks lost when a renewal finds
+/// a key gone or not ours, or when Redis stayed unreachable until the locks may have expired.
+async fn renew_until_stopped(
+    mut conn: ConnectionManager,
+    leases: Vec<Lease>,
+    state: Arc<HeldState>,
+    ttl: Duration,
+    stop: CancellationToken,
+) {
+    let period = ttl / 3;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        let sent_at = Instant::now();
+        let mut confirmed = true;
+        for lease in &leases {
+            match lease.renew(&mut conn, ttl).await {
+                Ok(true) => metrics::lock_renewed(),
+                Ok(false) => {
+                    if !stop.is_cancelled() {
+                        tracing::warn!(
+                            key = lease.key(),
+                            "stock lock lost: its key is gone or held by another token"
+                        );
+                        state.mark_lost();
+                    }
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, key = lease.key(), "could not renew a stock lock; will retry");
+                    confirmed = false;
+                }
+            }
+        }
+        if stop.is_cancelled() {
+            return;
+        }
+        if confirmed {
+            state.extend(sent_at + ttl);
+        } else if Instant::now() >= state.valid_until() {
+            tracing::warn!("stock lock lost: Redis stayed unreachable until it may have expired");
+            state.mark_lost();
+            return;
+        }
+    }
+}

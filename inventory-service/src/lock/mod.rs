@@ -1,0 +1,204 @@
+//! Per-product stock locks in Redis.
+//!
+//! The lock keeps contention cheap; it is **not** what keeps stock correct. Correctness comes
+//! from the conditional update in [`crate::db::stock`] (`stock >= $q AND version = $v`, rows
+//! affected checked), which also holds when a lock expires under a paused holder, when Redis
+//! loses its keys, or when Redis is down and deductions run without locks at all.
+//!
+//! How a lock works:
+//! - **Acquire**: `SET <key> <token> NX PX <ttl>` with a fresh random token (UUID v4) for
+//!   each key of each acquisition, retried with jittered exponential backoff until a deadline
+//!   ([`LockError::Timeout`]). Several products are locked in ascending product id, each id
+//!   once, so two deductions never wait on each other in a cycle.
+//! - **Release**: a Lua compare-and-delete, so a holder whose lock expired never deletes the
+//!   lock someone else took since.
+//! - **Renewal**: while held, a watchdog task renews every key every `ttl / 3` with a Lua
+//!   compare-and-`PEXPIRE`. When a renewal finds the key gone or owned by another token, the
+//!   lock is *lost*: [`Locks::lost`] is cancelled and [`Locks::ensure_held`] fails, which the
+//!   holder checks right before commit, then rolls back and retries. `ensure_held` also fails
+//!   once the last confirmed expiry has passed, which catches a holder whose whole process was
+//!   paused (SIGSTOP) together with its watchdog.
+//! - **Redis unreachable** (any Redis error; "busy" is not an error): the caller gets
+//!   [`Locks`] that hold nothing ([`Locks::is_bypassed`]) and goes on without the lock. This
+//!   is logged once per outage and counted as `lock_acquisitions_total{result="bypassed"}`.
+//!
+//! A check right before commit cannot close the window between that check and the commit;
+//! that window is exactly what the conditional update covers.
+
+mod held;
+mod lease;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::RedisResult;
+use redis::aio::ConnectionManager;
+use shared::ids::ProductId;
+use shared::keys::RedisKeys;
+
+pub use held::Locks;
+pub use lease::Lease;
+
+use crate::metrics;
+use lease::release_all;
+
+/// First and largest pause between two tries of a busy lock (full jitter in between).
+const BACKOFF_BASE: Duration = Duration::from_millis(2);
+const BACKOFF_CAP: Duration = Duration::from_millis(50);
+
+/// How locks are taken and kept.
+#[derive(Debug, Clone, Copy)]
+pub struct LockOptions {
+    /// Time to live of every lock key.
+    pub ttl: Duration,
+    /// How long [`Locker::acquire_all`] keeps trying before [`LockError::Timeout`].
+    pub wait: Duration,
+    /// Whether a watchdog renews held locks every `ttl / 3`. Always on in the service; tests
+    /// turn it off to play a holder that stalls past its TTL.
+    pub renew: bool,
+}
+
+/// Why locks could not be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// Another holder kept a lock for the whole acquisition deadline.
+    #[error("the stock locks were not free within {0:?}")]
+    Timeout(Duration),
+    /// A held lock expired or was taken over; roll back and try again.
+    #[error("a stock lock expired or was taken over before commit")]
+    Lost,
+}
+
+/// Takes per-product locks. Cheap to clone; one per process.
+#[derive(Clone)]
+pub struct Locker {
+    inner: Arc<LockerInner>,
+}
+
+struct LockerInner {
+    redis: ConnectionManager,
+    keys: RedisKeys,
+    options: LockOptions,
+    /// Set while Redis is unreachable, so the outage is logged once, not once per request.
+    redis_down: AtomicBool,
+}
+
+impl std::fmt::Debug for Locker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locker")
+            .field("options", &self.inner.options)
+            .field("redis_down", &self.inner.redis_down.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locker {
+    pub fn new(redis: ConnectionManager, keys: RedisKeys, options: LockOptions) -> Self {
+        Self {
+            inner: Arc::new(LockerInner {
+                redis,
+                keys,
+                options,
+                redis_down: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    pub fn options(&self) -> LockOptions {
+        self.inner.options
+    }
+
+    /// The Redis key of `product`'s lock.
+    pub fn key(&self, product: ProductId) -> String {
+        self.inner.keys.product_lock(product)
+    }
+
+    /// Locks one product; see [`Locker::acquire_all`].
+    pub async fn acquire(&self, product: ProductId) -> Result<Locks, LockError> {
+        self.acquire_all(&[product]).await
+    }
+
+    /// Locks every product of `products` (duplicates ignored), in ascending product id.
+    ///
+    /// Gives up with [`LockError::Timeout`] (releasing what it took) when some lock stays
+    /// busy past the deadline. When Redis fails, returns [`Locks`] that hold nothing
+    /// ([`Locks::is_bypassed`]): the caller proceeds and relies on the conditional update.
+    pub async fn acquire_all(&self, products: &[ProductId]) -> Result<Locks, LockError> {
+        let inner = &self.inner;
+        let mut ids = products.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let started = Instant::now();
+        let deadline = started + inner.options.wait;
+        let mut conn = inner.redis.clone();
+        let mut leases = Vec::with_capacity(ids.len());
+        let mut valid_until = None;
+        for id in ids {
+            let lease = Lease::new(inner.keys.product_lock(id));
+            match acquire_one(&mut conn, &lease, inner.options.ttl, deadline).await {
+                Ok(Some(sent_at)) => {
+                    // The first lock taken expires first.
+                    valid_until.get_or_insert(sent_at + inner.options.ttl);
+                    leases.push(lease);
+                }
+                Ok(None) => {
+                    release_all(&mut conn, &leases).await;
+                    metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
+                    return Err(LockError::Timeout(inner.options.wait));
+                }
+                Err(error) => {
+                    // The failed SET may still have landed (a lost reply): free that key too.
+                    leases.push(lease);
+                    release_all(&mut conn, &leases).await;
+                    return Ok(self.bypass(&error));
+                }
+            }
+        }
+        if inner.redis_down.swap(false, Ordering::Relaxed) {
+            tracing::info!("Redis is reachable again: stock deductions take their locks again");
+        }
+        metrics::lock_acquired(metrics::LockResult::Acquired, started.elapsed());
+        Ok(Locks::held(
+            conn,
+            leases,
+            valid_until.unwrap_or(started + inner.options.ttl),
+            inner.options,
+        ))
+    }
+
+    fn bypass(&self, error: &redis::RedisError) -> Locks {
+        if !self.inner.redis_down.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                %error,
+                "Redis is unreachable: deducting stock without locks until it is back \
+                 (the conditional update keeps stock correct)"
+            );
+        }
+        metrics::lock_bypassed();
+        Locks::bypassed()
+    }
+}
+
+/// Tries one lease until `deadline`; `Some(instant the winning SET was sent)` when taken.
+async fn acquire_one(
+    conn: &mut ConnectionManager,
+    lease: &Lease,
+    ttl: Duration,
+    deadline: Instant,
+) -> RedisResult<Option<Instant>> {
+    let mut attempt = 0;
+    loop {
+        let sent_at = Instant::now();
+        if lease.try_acquire(conn, ttl).await? {
+            return Ok(Some(sent_at));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        let pause = platform::amqp::backoff(attempt, BACKOFF_BASE, BACKOFF_CAP).min(deadline - now);
+        attempt += 1;
+        tokio::time::sleep(pause).await;
+    }
+}

@@ -1,0 +1,35 @@
+//! Thin HTTP handlers: parse, call the flow or the queries, map to a response. Every route is
+//! registered through `utoipa-axum`, so the OpenAPI document cannot miss one.
+
+use axum::Router;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::openapi::ApiDoc;
+use crate::state::AppState;
+
+pub mod deductions;
+pub mod health;
+pub mod products;
+
+/// Every documented route, without state: also what [`crate::openapi::spec`] is made from.
+pub fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(products::create, products::list))
+        .routes(routes!(products::get))
+        .routes(routes!(products::restock))
+        .routes(routes!(deductions::create))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+}
+
+/// The routed API plus `/openapi.json` and the Swagger UI at `/docs`.
+pub fn router(state: AppState) -> Router {
+    let (router, spec) = api().split_for_parts();
+    router
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
+        .with_state(state)
+}

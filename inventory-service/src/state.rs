@@ -1,0 +1,44 @@
+//! `AppState`: what every handler can reach, built once at start.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use platform::amqp::Broker;
+use platform::http::AdminToken;
+use platform::http::health::Readiness;
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+
+use crate::config::Config;
+use crate::lock::Locker;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub db: PgPool,
+    pub redis: ConnectionManager,
+    /// Per-product stock locks.
+    pub locker: Locker,
+    /// The RabbitMQ connection; [`crate::serve`] runs its supervisor.
+    pub broker: Broker,
+    pub admin_token: AdminToken,
+    /// What `/readyz` probes.
+    pub readiness: Readiness,
+    pub config: Arc<Config>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("locker", &self.locker)
+            .field("broker", &self.broker)
+            .field("admin_token", &self.admin_token)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FromRef<AppState> for AdminToken {
+    fn from_ref(state: &AppState) -> Self {
+        state.admin_token.clone()
+    }
+}

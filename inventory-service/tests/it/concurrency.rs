@@ -1,0 +1,210 @@
+//! Many deductions at once, with and without Redis, and a lock holder stalled past its TTL:
+//! stock is never oversold.
+
+use std::time::Duration;
+
+use inventory_service::db;
+use inventory_service::domain::deduction::Outcome;
+use inventory_service::domain::product::NewProduct;
+use inventory_service::lock::{LockError, LockOptions};
+use shared::events::{LineItem, RejectionReason};
+use shared::ids::ProductId;
+
+use crate::helpers::TestApp;
+
+/// Generous waits: these tests check correctness, not how fast 200 requests queue up on a
+/// busy two-core machine.
+fn patient(config: &mut inventory_service::Config) {
+    config.lock_wait = Duration::from_secs(60);
+    config.request_timeout = Duration::from_secs(120);
+}
+
+/// Sends `requests` one-unit deductions of `product` at once; returns the status codes.
+async fn stampede(app: &TestApp, product: i64, requests: usize) -> Vec<u16> {
+    let mut tasks = Vec::new();
+    for i in 0..requests {
+        let client = app.admin.clone();
+        let url = app.url("/deductions");
+        tasks.push(tokio::spawn(async move {
+            let body = serde_json::json!({
+                "deduction_id": format!("stampede-{i}"),
+                "items": [{"product_id": product, "quantity": 1}],
+            });
+            let response = client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .expect("POST /deductions");
+            response.status().as_u16()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.expect("the request task finishes"));
+    }
+    statuses
+}
+
+async fn assert_exactly_fifty_applied(app: &TestApp, product: i64, statuses: &[u16]) {
+    let applied = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 409).count();
+    assert_eq!((applied, refused), (50, 150), "statuses: {statuses:?}");
+    assert_eq!(app.stock(product).await, 0);
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deductions WHERE status = 'APPLIED'")
+            .fetch_one(&app.db)
+            .await
+            .expect("count");
+    assert_eq!(recorded, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_deductions_on_a_stock_of_fifty_apply_exactly_fifty() {
+    let app = TestApp::spawn_with(patient).await;
+    app.create_product(1, 50).await;
+    let statuses = stampede(&app, 1, 200).await;
+    assert_exactly_fifty_applied(&app, 1, &statuses).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_redis_unreachable_deductions_go_on_without_the_lock_and_still_apply_exactly_fifty() {
+    let app = TestApp::spawn_with(|c| {
+        patient(c);
+        c.redis_url = "redis://127.0.0.1:1/0".to_owned();
+    })
+    .await;
+    app.create_product(1, 50).await;
+    let bypassed = r#"lock_acquisitions_total{result="bypassed"}"#;
+    let before = app.metric(bypassed).await;
+
+    let statuses = stampede(&app, 1, 200).await;
+
+    assert_exactly_fifty_applied(&app, 1, &statuses).await;
+    assert!(
+        app.metric(bypassed).await >= before + 200.0,
+        "every deduction was counted as bypassed"
+    );
+    let ready = app
+        .anonymous
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz");
+    let problem = crate::helpers::assert_problem(ready, 503, "not-ready").await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("redis"),
+        "{problem}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
+    let app = TestApp::spawn().await;
+    let product = ProductId(1);
+    let item = LineItem {
+        product_id: product,
+        quantity: 1,
+    };
+    db::products::insert(
+        &mut app.db.acquire().await.expect("a connection"),
+        &NewProduct::parse(1, "Last unit", 1).expect("valid"),
+    )
+    .await
+    .expect("insert");
+    // Renewal off: this holder behaves like a process paused (SIGSTOP) with its watchdog.
+    let stalling = app.locker(LockOptions {
+        ttl: Duration::from_millis(300),
+        wait: Duration::from_secs(10),
+        renew: false,
+    });
+
+    // A locks the product and reads stock 1 at some version...
+    let a_locks = stalling.acquire(product).await.expect("A's lock");
+    let mut a_tx = app.db.begin().await.expect("A's transaction");
+    let stale = db::stock::read(&mut a_tx, product)
+        .await
+        .expect("read")
+        .expect("the row");
+    assert_eq!(stale.stock, 1);
+
+    // ...and stalls until its lock expires; B takes the lock and sells the last unit.
+    let b_locks = stalling
+        .acquire(product)
+        .await
+        .expect("B's lock, once A's expired");
+    let mut b_tx = app.db.begin().await.expect("B's transaction");
+    let b_outcome = db::stock::deduct_all(&mut b_tx, &[item])
+        .await
+        .expect("B deducts");
+    assert_eq!(b_outcome, Outcome::Applied);
+    assert_eq!(b_locks.ensure_held(), Ok(()));
+    b_tx.commit().await.expect("B commits");
+    b_locks.release().await;
+
+    // A wakes up with its stale read: the conditional update changes nothing...
+    let written = db::stock::try_deduct(&mut a_tx, product, 1, stale.version)
+        .await
+        .expect("the update runs");
+    assert!(!written, "the stale write must match no row");
+    // ...a fresh attempt sees the stock is gone, and A is told before commit it lost the lock.
+    let a_outcome = db::stock::deduct_all(&mut a_tx, &[item])
+        .await
+        .expect("A re-reads");
+    assert_eq!(
+        a_outcome,
+        Outcome::Rejected {
+            reason: RejectionReason::InsufficientStock,
+            product_id: product
+        }
+    );
+    assert_eq!(a_locks.ensure_held(), Err(LockError::Lost));
+    a_tx.rollback().await.expect("A rolls back");
+    a_locks.release().await;
+
+    assert_eq!(app.stock(1).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_requests_with_one_deduction_id_deduct_once() {
+    let app = TestApp::spawn_with(patient).await;
+    app.create_product(1, 100).await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let client = app.admin.clone();
+        let url = app.url("/deductions");
+        tasks.push(tokio::spawn(async move {
+            let body = serde_json::json!({
+                "deduction_id": "same-id",
+                "items": [{"product_id": 1, "quantity": 3}],
+            });
+            let response = client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .expect("POST /deductions");
+            (
+                response.status().as_u16(),
+                response.bytes().await.expect("a body"),
+            )
+        }));
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.expect("the request task finishes"));
+    }
+    assert!(
+        answers.iter().all(|(status, _)| *status == 200),
+        "{answers:?}"
+    );
+    assert!(
+        answers.windows(2).all(|w| w[0].1 == w[1].1),
+        "every answer is the same bytes"
+    );
+    assert_eq!(app.stock(1).await, 97);
+    assert_eq!(app.deduction_rows().await, 1);
+}

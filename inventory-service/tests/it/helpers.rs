@@ -1,0 +1,229 @@
+//! `TestApp::spawn`: the real service on `127.0.0.1:0` with its own database, Redis key prefix
+//! and AMQP vhost, stopped when the value is dropped; plus small request helpers.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use inventory_service::Config;
+use inventory_service::lock::{LockOptions, Locker};
+use platform::testing::{TestDatabase, TestVhost, redis_prefix, redis_url};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+use shared::keys::RedisKeys;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// A running service and the clients to talk to it.
+#[derive(Debug)]
+pub struct TestApp {
+    /// `http://127.0.0.1:<port>`.
+    pub address: String,
+    /// Sends the admin token with every request.
+    pub admin: reqwest::Client,
+    /// Sends no credentials.
+    pub anonymous: reqwest::Client,
+    /// The service's own database, for checks behind the API.
+    pub db: PgPool,
+    pub config: Config,
+    shutdown: CancellationToken,
+    _database: TestDatabase,
+    _vhost: TestVhost,
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// Spawns with the test defaults changed by `customize`.
+    pub async fn spawn_with(customize: impl FnOnce(&mut Config)) -> Self {
+        platform::testing::init_logs();
+        let database = TestDatabase::create("inventory", &inventory_service::MIGRATOR).await;
+        let vhost = TestVhost::create();
+        let mut config = Config {
+            http_addr: "127.0.0.1:0".parse().expect("an address"),
+            database_url: database.url.clone(),
+            // Two tests run at once, next to another service's tests: stay well under
+            // PostgreSQL's connection limit.
+            database_max_connections: 10,
+            redis_url: redis_url(),
+            redis_key_prefix: redis_prefix(),
+            amqp_url: vhost.url.clone(),
+            admin_token: Some(ADMIN_TOKEN.to_owned()),
+            ..Config::default()
+        };
+        customize(&mut config);
+        let state = inventory_service::build_state(config.clone())
+            .await
+            .expect("the service state builds");
+        let listener = tokio::net::TcpListener::bind(config.http_addr)
+            .await
+            .expect("a free port");
+        let address = format!("http://{}", listener.local_addr().expect("bound"));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(inventory_service::serve(state, listener, shutdown.clone()));
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {ADMIN_TOKEN}")).expect("a header value"),
+        );
+        Self {
+            address,
+            admin: reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .expect("a client"),
+            anonymous: reqwest::Client::new(),
+            db: database.pool.clone(),
+            config,
+            shutdown,
+            _database: database,
+            _vhost: vhost,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// A locker on the same Redis and key prefix as the service.
+    pub fn locker(&self, options: LockOptions) -> Locker {
+        let redis = platform::redis_conn::connect(&self.config.redis_url).expect("a Redis manager");
+        Locker::new(
+            redis,
+            RedisKeys::new(self.config.redis_key_prefix.clone()),
+            options,
+        )
+    }
+
+    pub async fn create_product(&self, product_id: i64, stock: i64) -> Value {
+        let response = self
+            .admin
+            .post(self.url("/products"))
+            .json(&json!({"product_id": product_id, "name": format!("Product {product_id}"), "stock": stock}))
+            .send()
+            .await
+            .expect("POST /products");
+        assert_eq!(response.status(), 201, "creating product {product_id}");
+        response.json().await.expect("a product")
+    }
+
+    pub async fn product(&self, product_id: i64) -> Value {
+        let response = self
+            .anonymous
+            .get(self.url(&format!("/products/{product_id}")))
+            .send()
+            .await
+            .expect("GET /products/{id}");
+        assert_eq!(response.status(), 200, "reading product {product_id}");
+        response.json().await.expect("a product")
+    }
+
+    pub async fn stock(&self, product_id: i64) -> i64 {
+        self.product(product_id).await["stock"]
+            .as_i64()
+            .expect("stock is a number")
+    }
+
+    /// `POST /deductions` with `items` as `[(product_id, quantity)]`.
+    pub async fn deduct(&self, deduction_id: &str, items: &[(i64, i64)]) -> reqwest::Response {
+        let items: Vec<Value> = items
+            .iter()
+            .map(|(p, q)| json!({"product_id": p, "quantity": q}))
+            .collect();
+        self.admin
+            .post(self.url("/deductions"))
+            .json(&json!({"deduction_id": deduction_id, "items": items}))
+            .send()
+            .await
+            .expect("POST /deductions")
+    }
+
+    pub async fn restock(
+        &self,
+        product_id: i64,
+        quantity: i64,
+        key: Option<&str>,
+    ) -> reqwest::Response {
+        let mut request = self
+            .admin
+            .post(self.url(&format!("/products/{product_id}/restock")))
+            .json(&json!({"quantity": quantity}));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.expect("POST /products/{id}/restock")
+    }
+
+    /// The value of the metric line starting with `series` (name and labels), 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self
+            .anonymous
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    }
+
+    pub async fn deduction_rows(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM deductions")
+            .fetch_one(&self.db)
+            .await
+            .expect("count deductions")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Checks a problem+json response: status, content type and slug; returns the body.
+pub async fn assert_problem(response: reqwest::Response, status: u16, slug: &str) -> Value {
+    assert_eq!(response.status(), status, "status of a {slug} problem");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        content_type.starts_with("application/problem+json"),
+        "content type {content_type:?}"
+    );
+    let body: Value = response.json().await.expect("a problem body");
+    assert_eq!(body["type"], format!("/problems/{slug}"), "{body}");
+    assert_eq!(body["status"], status);
+    body
+}
+
+/// Polls `check` until it returns `Some`, or panics after `limit` (a deadline, not a pause).
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,13 @@
+//! The one integration-test binary: real PostgreSQL, Redis and RabbitMQ, each test isolated
+//! by its own database, Redis key prefix and AMQP vhost.
+
+mod auth;
+mod concurrency;
+mod deductions;
+mod helpers;
+mod lock;
+mod openapi;
+mod operations;
+mod products;
+mod restock;
+mod validation;

@@ -1,0 +1,66 @@
+//! The OpenAPI document, built without any connection: complete, consistent, and equal to
+//! the committed copy.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+fn spec() -> Value {
+    serde_json::to_value(inventory_service::openapi::spec()).expect("the spec serialises")
+}
+
+#[test]
+fn every_operation_has_a_unique_id_and_admin_operations_declare_the_bearer_token() {
+    let spec = spec();
+    let mut ids = HashSet::new();
+    let admin = ["create_product", "restock_product", "create_deduction"];
+    for (path, item) in spec["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("a path item") {
+            let id = operation["operationId"].as_str().expect("an operationId");
+            assert!(ids.insert(id.to_owned()), "operationId {id} is used twice");
+            assert!(
+                operation["summary"].is_string(),
+                "{method} {path} has a summary"
+            );
+            let secured = operation["security"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty());
+            assert_eq!(secured, admin.contains(&id), "{method} {path} security");
+            if secured {
+                assert!(
+                    operation["responses"]["401"].is_object(),
+                    "{method} {path} documents 401"
+                );
+                assert!(
+                    operation["responses"]["422"].is_object(),
+                    "{method} {path} documents 422"
+                );
+            }
+        }
+    }
+    assert_eq!(ids.len(), 8);
+}
+
+/// `openapi/inventory-service.json` at the workspace root; `UPDATE_OPENAPI=1` rewrites it.
+#[test]
+fn the_committed_openapi_document_matches_the_code() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../openapi/inventory-service.json");
+    let generated = inventory_service::openapi::spec_json().expect("the spec serialises") + "\n";
+    if std::env::var_os("UPDATE_OPENAPI").is_some() {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("openapi/ exists");
+        std::fs::write(&path, generated).expect("the document is written");
+        return;
+    }
+    match std::fs::read_to_string(&path) {
+        Ok(committed) => assert!(
+            committed == generated,
+            "{} is stale: run `UPDATE_OPENAPI=1 cargo test -p inventory-service` and commit it",
+            path.display()
+        ),
+        Err(_) => eprintln!(
+            "{} does not exist yet: run `UPDATE_OPENAPI=1 cargo test -p inventory-service` to create it",
+            path.display()
+        ),
+    }
+}

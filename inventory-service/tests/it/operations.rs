@@ -1,0 +1,156 @@
+//! Health, readiness, metrics, the OpenAPI document and the edge's 404/405/request ids.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{TestApp, assert_problem, eventually};
+
+#[tokio::test]
+async fn healthz_answers_and_readyz_turns_ready_once_every_backing_system_answers() {
+    let app = TestApp::spawn().await;
+    let health = app
+        .anonymous
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("GET /healthz");
+    assert_eq!(health.status(), 200);
+    eventually(Duration::from_secs(20), "readiness", || async {
+        let response = app.anonymous.get(app.url("/readyz")).send().await.ok()?;
+        (response.status() == 200).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn every_lock_and_deduction_metric_is_exposed() {
+    let app = TestApp::spawn().await;
+    app.create_product(1, 1).await;
+    assert_eq!(app.deduct("d", &[(1, 1)]).await.status(), 200);
+    let text = app
+        .anonymous
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("text");
+    for series in [
+        r#"lock_acquisitions_total{result="acquired"}"#,
+        r#"lock_acquisitions_total{result="timeout"}"#,
+        r#"lock_acquisitions_total{result="lost"}"#,
+        r#"lock_acquisitions_total{result="bypassed"}"#,
+        "lock_renewals_total",
+        "deduction_version_conflicts_total",
+        "lock_wait_seconds_bucket",
+        r#"deductions_total{result="applied"}"#,
+        "http_requests_total",
+    ] {
+        assert!(text.contains(series), "missing {series}");
+    }
+    assert!(
+        app.metric(r#"lock_acquisitions_total{result="acquired"}"#)
+            .await
+            >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_endpoint_and_the_docs_are_served() {
+    let app = TestApp::spawn().await;
+    let spec: Value = app
+        .anonymous
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .expect("GET /openapi.json")
+        .json()
+        .await
+        .expect("json");
+    assert!(
+        spec["openapi"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("3.1")
+    );
+    for (path, method) in [
+        ("/products", "post"),
+        ("/products", "get"),
+        ("/products/{product_id}", "get"),
+        ("/products/{product_id}/restock", "post"),
+        ("/deductions", "post"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/metrics", "get"),
+    ] {
+        assert!(
+            spec["paths"][path][method].is_object(),
+            "{method} {path} is documented"
+        );
+    }
+    assert_eq!(
+        spec["components"]["securitySchemes"]["admin_token"]["scheme"],
+        "bearer"
+    );
+    for schema in [
+        "Problem",
+        "Product",
+        "CreateProduct",
+        "RestockBody",
+        "DeductionBody",
+        "DeductionApplied",
+    ] {
+        assert!(
+            spec["components"]["schemas"][schema].is_object(),
+            "schema {schema}"
+        );
+    }
+    let docs = app
+        .anonymous
+        .get(app.url("/docs/"))
+        .send()
+        .await
+        .expect("GET /docs/");
+    assert_eq!(docs.status(), 200);
+    assert!(docs.text().await.expect("html").contains("swagger"));
+}
+
+#[tokio::test]
+async fn unknown_routes_and_wrong_methods_are_problems_and_request_ids_are_echoed() {
+    let app = TestApp::spawn().await;
+    let response = app
+        .anonymous
+        .get(app.url("/nowhere"))
+        .send()
+        .await
+        .expect("GET");
+    assert!(response.headers().contains_key("x-request-id"));
+    assert_problem(response, 404, "not-found").await;
+    let response = app
+        .anonymous
+        .delete(app.url("/products"))
+        .send()
+        .await
+        .expect("DELETE");
+    assert_problem(response, 405, "method-not-allowed").await;
+    let response = app
+        .anonymous
+        .put(app.url("/deductions"))
+        .send()
+        .await
+        .expect("PUT");
+    assert_problem(response, 405, "method-not-allowed").await;
+    let response = app
+        .anonymous
+        .get(app.url("/healthz"))
+        .header("x-request-id", "req-123")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(
+        response.headers().get("x-request-id").map(|v| v.as_bytes()),
+        Some(&b"req-123"[..])
+    );
+}

@@ -1,0 +1,217 @@
+//! Input validation: broken JSON is a 400, well-formed but invalid input a 422, an oversized
+//! body a 413; none of them changes anything.
+
+use serde_json::json;
+
+use crate::helpers::{TestApp, assert_problem};
+
+async fn post_raw(app: &TestApp, path: &str, body: String) -> reqwest::Response {
+    app.admin
+        .post(app.url(path))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("POST")
+}
+
+fn deduction(id: serde_json::Value, items: serde_json::Value) -> String {
+    json!({"deduction_id": id, "items": items}).to_string()
+}
+
+#[tokio::test]
+async fn invalid_deductions_are_refused_and_deduct_nothing() {
+    let app = TestApp::spawn().await;
+    app.create_product(1, 10).await;
+    app.create_product(2, 10).await;
+    let item = |p: serde_json::Value, q: serde_json::Value| json!({"product_id": p, "quantity": q});
+    let hundred_and_one: Vec<_> = (1..=101).map(|p| item(json!(p), json!(1))).collect();
+    let oversized = deduction(
+        json!("x".repeat(70 * 1024)),
+        json!([item(json!(1), json!(1))]),
+    );
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("{".to_owned(), 400, "malformed-json"),
+        (String::new(), 400, "malformed-json"),
+        (
+            "{\"deduction_id\": \"d\",}".to_owned(),
+            400,
+            "malformed-json",
+        ),
+        (
+            deduction(json!("d"), json!([item(json!(1), json!(0))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!("d"), json!([item(json!(1), json!(-2))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!("d"), json!([item(json!(1), json!(1_000_001))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!("d"), json!([item(json!(1), json!("1"))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!("d"), json!([item(json!(1), json!(1.5))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!("d"), json!([item(json!(0), json!(1))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!("d"), json!([item(json!(-1), json!(1))])),
+            422,
+            "validation-failed",
+        ),
+        (deduction(json!("d"), json!([])), 422, "validation-failed"),
+        (
+            deduction(json!("d"), json!(hundred_and_one)),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(
+                json!("d"),
+                json!([
+                    item(json!(1), json!(1)),
+                    item(json!(2), json!(1)),
+                    item(json!(1), json!(2))
+                ]),
+            ),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!(""), json!([item(json!(1), json!(1))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!("  "), json!([item(json!(1), json!(1))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!("d".repeat(129)), json!([item(json!(1), json!(1))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(json!(5), json!([item(json!(1), json!(1))])),
+            422,
+            "validation-failed",
+        ),
+        (
+            json!({"deduction_id": "d"}).to_string(),
+            422,
+            "validation-failed",
+        ),
+        (
+            json!({"deduction_id": "d", "items": [item(json!(1), json!(1))], "status": "APPLIED"})
+                .to_string(),
+            422,
+            "validation-failed",
+        ),
+        (
+            deduction(
+                json!("d"),
+                json!([{"product_id": 1, "quantity": 1, "price": 3}]),
+            ),
+            422,
+            "validation-failed",
+        ),
+        ("[]".to_owned(), 422, "validation-failed"),
+        (oversized, 413, "payload-too-large"),
+    ];
+    for (body, status, slug) in cases {
+        let shown: String = body.chars().take(80).collect();
+        let response = post_raw(&app, "/deductions", body).await;
+        assert_eq!(response.status(), status, "{shown}");
+        assert_problem(response, status, slug).await;
+    }
+    assert_eq!((app.stock(1).await, app.stock(2).await), (10, 10));
+    assert_eq!(app.deduction_rows().await, 0);
+}
+
+#[tokio::test]
+async fn invalid_products_are_refused_and_nothing_is_created() {
+    let app = TestApp::spawn().await;
+    let product = |id: serde_json::Value, name: serde_json::Value, stock: serde_json::Value| {
+        json!({"product_id": id, "name": name, "stock": stock}).to_string()
+    };
+    let cases: Vec<(String, u16)> = vec![
+        ("{\"product_id\": 1".to_owned(), 400),
+        ("nonsense".to_owned(), 400),
+        (product(json!(0), json!("a"), json!(1)), 422),
+        (product(json!(-4), json!("a"), json!(1)), 422),
+        (product(json!("1"), json!("a"), json!(1)), 422),
+        (product(json!(1), json!(""), json!(1)), 422),
+        (product(json!(1), json!("   "), json!(1)), 422),
+        (product(json!(1), json!("n".repeat(201)), json!(1)), 422),
+        (product(json!(1), json!("a"), json!(-1)), 422),
+        (product(json!(1), json!("a"), json!(1_000_000_001_i64)), 422),
+        (json!({"product_id": 1, "name": "a"}).to_string(), 422),
+        (
+            json!({"product_id": 1, "name": "a", "stock": 1, "version": 9}).to_string(),
+            422,
+        ),
+        (
+            product(json!(1), json!("n".repeat(70 * 1024)), json!(1)),
+            413,
+        ),
+    ];
+    for (body, status) in cases {
+        let shown: String = body.chars().take(80).collect();
+        let response = post_raw(&app, "/products", body).await;
+        assert_eq!(response.status(), status, "{shown}");
+    }
+    let list: serde_json::Value = app
+        .anonymous
+        .get(app.url("/products"))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(list["items"], json!([]));
+}
+
+#[tokio::test]
+async fn invalid_restocks_are_refused_and_add_nothing() {
+    let app = TestApp::spawn().await;
+    app.create_product(1, 1).await;
+    let cases = [
+        ("{".to_owned(), 400, "malformed-json"),
+        (
+            json!({"quantity": "5"}).to_string(),
+            422,
+            "validation-failed",
+        ),
+        (
+            json!({"quantity": 5, "stock": 100}).to_string(),
+            422,
+            "validation-failed",
+        ),
+        (json!({}).to_string(), 422, "validation-failed"),
+    ];
+    for (body, status, slug) in cases {
+        assert_problem(
+            post_raw(&app, "/products/1/restock", body).await,
+            status,
+            slug,
+        )
+        .await;
+    }
+    assert_eq!(app.stock(1).await, 1);
+}
