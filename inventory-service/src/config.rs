@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use platform::config;
+use platform::config::{self, MessagingConfig};
 
 /// Everything the service reads from its environment, read once at start.
 #[derive(Debug, Clone)]
@@ -34,6 +34,8 @@ pub struct Config {
     pub lock_wait: Duration,
     /// `REQUEST_TIMEOUT_SECS`: an HTTP request still running after this answers 503. Default `10`.
     pub request_timeout: Duration,
+    /// Relay, consumer and retention knobs (see `platform::config::MessagingConfig`).
+    pub messaging: MessagingConfig,
 }
 
 impl Default for Config {
@@ -50,6 +52,7 @@ impl Default for Config {
             lock_ttl: Duration::from_millis(10_000),
             lock_wait: Duration::from_millis(5_000),
             request_timeout: Duration::from_secs(10),
+            messaging: MessagingConfig::default(),
         }
     }
 }
@@ -72,6 +75,7 @@ impl Config {
             lock_ttl: config::millis("LOCK_TTL_MS", 10_000)?,
             lock_wait: config::millis("LOCK_WAIT_MS", 5_000)?,
             request_timeout: config::secs("REQUEST_TIMEOUT_SECS", 10)?,
+            messaging: MessagingConfig::from_env()?,
         };
         config.validate().context("invalid configuration")?;
         Ok(config)

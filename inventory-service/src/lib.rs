@@ -10,10 +10,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use platform::amqp::Broker;
+use platform::consumer::ConsumerSettings;
 use platform::db::PoolSettings;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
-use shared::keys::RedisKeys;
+use shared::keys::{self, RedisKeys};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -24,6 +25,7 @@ pub mod deduction;
 pub mod domain;
 pub mod error;
 pub mod lock;
+pub mod messaging;
 pub mod metrics;
 pub mod openapi;
 pub mod replay;
@@ -34,6 +36,8 @@ pub mod state;
 pub use config::Config;
 pub use error::ApiError;
 pub use state::AppState;
+
+use crate::messaging::order_events::OrderEvents;
 
 /// The service's migrations, embedded.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/inventory-service");
@@ -83,7 +87,8 @@ pub fn build_app(state: AppState) -> Router {
     platform::http::with_edge(routes::router(state), timeout)
 }
 
-/// Serves `listener` and runs the background tasks (the broker supervisor) until `shutdown`
+/// Serves `listener` and runs the background tasks (broker supervisor, outbox relay and
+/// retention, order-events consumer) until `shutdown`
 /// fires; then finishes in-flight requests and waits for the tasks to stop.
 pub async fn serve(
     state: AppState,
@@ -91,7 +96,34 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
+    let messaging = &state.config.messaging;
     tasks.spawn(state.broker.clone().supervise(shutdown.clone()));
+    tasks.spawn(platform::relay::run(
+        state.db.clone(),
+        state.broker.clone(),
+        messaging.relay.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(platform::outbox::maintain(
+        state.db.clone(),
+        messaging.retention.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(platform::consumer::run(
+        state.broker.clone(),
+        state.db.clone(),
+        ConsumerSettings {
+            queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
+            consumer_tag: format!("inventory-service-{}", uuid::Uuid::new_v4()),
+            prefetch: messaging.consumer_prefetch,
+            concurrency: messaging.consumer_concurrency,
+        },
+        OrderEvents {
+            db: state.db.clone(),
+            locker: state.locker.clone(),
+        },
+        shutdown.clone(),
+    ));
     tasks.close();
     let served = axum::serve(listener, build_app(state))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())

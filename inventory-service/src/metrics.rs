@@ -30,6 +30,8 @@ pub enum LockResult {
 /// Installs the recorder (once per process) and registers every metric at zero.
 pub fn register() {
     platform::http::metrics::handle();
+    platform::relay::register_metrics();
+    platform::consumer::register_metrics();
     metrics::describe_counter!(
         LOCK_ACQUISITIONS_TOTAL,
         "Stock lock acquisitions, by result: acquired, timeout, lost, bypassed"

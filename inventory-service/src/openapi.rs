@@ -15,6 +15,7 @@ use utoipa::{Modify, OpenApi};
     tags(
         (name = "products", description = "The catalogue and its stock"),
         (name = "deductions", description = "Synchronous, idempotent stock deductions"),
+        (name = "reservations", description = "What happened to each order's stock"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(shared::Problem, shared::events::LineItem)),

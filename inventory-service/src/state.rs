@@ -6,6 +6,7 @@ use axum::extract::FromRef;
 use platform::amqp::Broker;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
+use platform::http::outbox_admin::OutboxDb;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
@@ -40,5 +41,11 @@ impl std::fmt::Debug for AppState {
 impl FromRef<AppState> for AdminToken {
     fn from_ref(state: &AppState) -> Self {
         state.admin_token.clone()
+    }
+}
+
+impl FromRef<AppState> for OutboxDb {
+    fn from_ref(state: &AppState) -> Self {
+        Self(state.db.clone())
     }
 }

@@ -4,5 +4,6 @@
 
 pub mod deductions;
 pub mod products;
+pub mod reservations;
 pub mod restocks;
 pub mod stock;

@@ -102,3 +102,19 @@ pub async fn deduct_all(
     savepoint.commit().await?;
     Ok(Outcome::Applied)
 }
+
+/// Gives `items` back (a cancelled order's compensation). An increment cannot oversell, so
+/// it takes no lock; the version bump makes a concurrent deduction re-read and retry.
+pub async fn give_back(conn: &mut PgConnection, items: &[LineItem]) -> sqlx::Result<()> {
+    for item in items {
+        sqlx::query(
+            "UPDATE products SET stock = stock + $2, version = version + 1, updated_at = now() \
+             WHERE product_id = $1",
+        )
+        .bind(item.product_id.0)
+        .bind(item.quantity)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}

@@ -13,6 +13,7 @@ use crate::state::AppState;
 pub mod deductions;
 pub mod health;
 pub mod products;
+pub mod reservations;
 
 /// Every documented route, without state: also what [`crate::openapi::spec`] is made from.
 pub fn api() -> OpenApiRouter<AppState> {
@@ -21,6 +22,9 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(products::get))
         .routes(routes!(products::restock))
         .routes(routes!(deductions::create))
+        .routes(routes!(reservations::get))
+        .routes(routes!(platform::http::outbox_admin::list))
+        .routes(routes!(platform::http::outbox_admin::retry))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

@@ -1,0 +1,295 @@
+//! `Stack`: order-service and inventory-service on random ports with their own databases and
+//! Redis prefixes, sharing one RabbitMQ vhost, like a deployment in miniature.
+
+use std::time::Duration;
+
+use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub const ADMIN: &str = "e2e-admin-token";
+pub const SETTLE: Duration = Duration::from_secs(20);
+
+/// One running service; dropped or stopped, it shuts down gracefully.
+pub struct Running {
+    pub base: String,
+    shutdown: CancellationToken,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops the service the way SIGTERM does and waits until it has drained.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub struct Stack {
+    pub orders: Running,
+    pub inventory: Option<Running>,
+    pub vhost: TestVhost,
+    pub order_db: TestDatabase,
+    pub inventory_db: TestDatabase,
+    pub client: reqwest::Client,
+    inventory_prefix: String,
+    inventory_addr: std::net::SocketAddr,
+}
+
+impl Stack {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(true, |_| {}).await
+    }
+
+    /// `with_inventory: false` starts only order-service (inventory "down" until
+    /// [`Stack::start_inventory`]).
+    pub async fn spawn_with(
+        with_inventory: bool,
+        configure_orders: impl FnOnce(&mut order_service::config::Config),
+    ) -> Self {
+        testing::init_logs();
+        let vhost = TestVhost::create();
+        let order_db = TestDatabase::create("e2e_orders", &order_service::MIGRATOR).await;
+        let inventory_db =
+            TestDatabase::create("e2e_inventory", &inventory_service::MIGRATOR).await;
+        // Reserve inventory's port now so order-service knows where to reconcile.
+        let inventory_addr = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+            probe.local_addr().expect("addr")
+        };
+        let mut order_config = order_service::config::Config {
+            http_addr: "127.0.0.1:0".parse().expect("addr"),
+            database_url: order_db.url.clone(),
+            database_max_connections: 10,
+            redis_url: testing::redis_url(),
+            redis_key_prefix: testing::redis_prefix(),
+            amqp_url: vhost.url.clone(),
+            admin_token: Some(ADMIN.into()),
+            inventory_url: format!("http://{inventory_addr}"),
+            idempotency_token_ttl: Duration::from_secs(3600),
+            request_timeout: Duration::from_secs(30),
+            reconcile_after: Duration::from_secs(3600),
+            reconcile_every: Duration::from_secs(3600),
+            messaging: Default::default(),
+        };
+        configure_orders(&mut order_config);
+        let orders = start_orders(order_config).await;
+        let mut stack = Self {
+            orders,
+            inventory: None,
+            vhost,
+            order_db,
+            inventory_db,
+            client: reqwest::Client::new(),
+            inventory_prefix: testing::redis_prefix(),
+            inventory_addr,
+        };
+        if with_inventory {
+            stack.start_inventory().await;
+        }
+        stack
+    }
+
+    pub async fn start_inventory(&mut self) {
+        let config = inventory_service::Config {
+            http_addr: self.inventory_addr,
+            database_url: self.inventory_db.url.clone(),
+            database_max_connections: 10,
+            redis_url: testing::redis_url(),
+            redis_key_prefix: self.inventory_prefix.clone(),
+            amqp_url: self.vhost.url.clone(),
+            admin_token: Some(ADMIN.into()),
+            lock_wait: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
+            ..Default::default()
+        };
+        let state = inventory_service::build_state(config.clone())
+            .await
+            .expect("inventory state");
+        let listener = tokio::net::TcpListener::bind(config.http_addr)
+            .await
+            .expect("inventory port");
+        let shutdown = CancellationToken::new();
+        let done = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                let _ = inventory_service::serve(state, listener, shutdown).await;
+            }
+        });
+        self.inventory = Some(Running {
+            base: format!("http://{}", self.inventory_addr),
+            shutdown,
+            done: Some(done),
+        });
+    }
+
+    pub async fn stop_inventory(&mut self) {
+        if let Some(inventory) = self.inventory.take() {
+            inventory.stop().await;
+        }
+    }
+
+    pub fn order_url(&self, path: &str) -> String {
+        format!("{}{path}", self.orders.base)
+    }
+
+    pub fn inventory_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.inventory_addr)
+    }
+
+    pub async fn probe(&self) -> AmqpProbe {
+        AmqpProbe::connect(&self.vhost.url).await
+    }
+
+    pub async fn create_product(&self, product_id: i64, stock: i64) {
+        let response = self
+            .client
+            .post(self.inventory_url("/products"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"product_id": product_id, "name": format!("product {product_id}"), "stock": stock}))
+            .send()
+            .await
+            .expect("create product");
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+
+    pub async fn stock(&self, product_id: i64) -> i64 {
+        let product: Value = self
+            .client
+            .get(self.inventory_url(&format!("/products/{product_id}")))
+            .send()
+            .await
+            .expect("get product")
+            .json()
+            .await
+            .expect("json");
+        product["stock"].as_i64().expect("stock")
+    }
+
+    /// Takes a token and places an order; returns the order JSON.
+    pub async fn place(&self, items: Value) -> Value {
+        let token: Value = self
+            .client
+            .post(self.order_url("/idempotency-tokens"))
+            .send()
+            .await
+            .expect("token")
+            .json()
+            .await
+            .expect("json");
+        let response = self
+            .client
+            .post(self.order_url("/orders"))
+            .header("Idempotency-Key", token["token"].as_str().expect("token"))
+            .json(&json!({"user_id": 1, "items": items, "amount": "9.99"}))
+            .send()
+            .await
+            .expect("order");
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        response.json().await.expect("json")
+    }
+
+    pub async fn order(&self, order_id: &str) -> Value {
+        self.client
+            .get(self.order_url(&format!("/orders/{order_id}")))
+            .send()
+            .await
+            .expect("get order")
+            .json()
+            .await
+            .expect("json")
+    }
+
+    /// Waits until the order leaves `PENDING`; returns it.
+    pub async fn settled(&self, order_id: &str) -> Value {
+        eventually(SETTLE, || async {
+            let order = self.order(order_id).await;
+            (order["status"] != "PENDING").then_some(order)
+        })
+        .await
+    }
+
+    pub async fn cancel(&self, order_id: &str) -> Value {
+        let response = self
+            .client
+            .post(self.order_url(&format!("/orders/{order_id}/cancel")))
+            .send()
+            .await
+            .expect("cancel");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.expect("json")
+    }
+
+    pub async fn reservation(&self, order_id: &str) -> Option<Value> {
+        let response = self
+            .client
+            .get(self.inventory_url(&format!("/reservations/{order_id}")))
+            .send()
+            .await
+            .expect("reservation");
+        match response.status() {
+            StatusCode::OK => Some(response.json().await.expect("json")),
+            _ => None,
+        }
+    }
+
+    pub async fn inventory_count(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.inventory_db.pool)
+            .await
+            .expect("count")
+    }
+}
+
+async fn start_orders(config: order_service::config::Config) -> Running {
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .expect("order port");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let state = order_service::build_state(config)
+        .await
+        .expect("order state");
+    let shutdown = CancellationToken::new();
+    let done = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            let _ = order_service::serve(state, listener, shutdown).await;
+        }
+    });
+    Running {
+        base,
+        shutdown,
+        done: Some(done),
+    }
+}
+
+pub async fn eventually<T, F, Fut>(deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "condition not met within {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub fn id(order: &Value) -> String {
+    order["order_id"].as_str().expect("order id").to_owned()
+}

@@ -1,0 +1,7 @@
+//! End-to-end: both services running, events over a real RabbitMQ vhost, driven over HTTP.
+//! Each test checks the invariants of SPEC §4.3 that its scenario touches.
+
+mod flash_sale;
+mod helpers;
+mod outages;
+mod saga;

@@ -1,0 +1,56 @@
+//! `GET /reservations/{order_id}`: what inventory did with an order's stock (reconciliation
+//! asks this when an order has waited too long).
+
+use axum::extract::State;
+use chrono::{DateTime, Utc};
+use platform::http::{Json, Path};
+use serde::Serialize;
+use shared::events::{LineItem, RejectionReason};
+use shared::ids::OrderId;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::db;
+use crate::db::reservations::ReservationState;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "order_id": "0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80", "state": "APPLIED",
+    "items": [{"product_id": 1001, "quantity": 2}], "rejection_reason": null,
+    "updated_at": "2026-11-29T21:00:00.123456Z"
+}))]
+pub struct ReservationView {
+    pub order_id: OrderId,
+    pub state: ReservationState,
+    /// The order's items (deducted only in `APPLIED`, given back in `RELEASED`).
+    pub items: Vec<LineItem>,
+    /// Why, when `REJECTED`.
+    pub rejection_reason: Option<RejectionReason>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Read an order's reservation.
+#[utoipa::path(get, path = "/reservations/{order_id}", tag = "reservations", operation_id = "get_reservation",
+    params(("order_id" = Uuid, Path, description = "The order's id")),
+    responses(
+        (status = 200, description = "What happened to the order's stock", body = ReservationView),
+        (status = 404, description = "`not-found`: no event of this order was ever seen", body = shared::Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn get(
+    State(state): State<AppState>,
+    Path(order_id): Path<Uuid>,
+) -> Result<Json<ReservationView>, ApiError> {
+    let order_id = OrderId(order_id);
+    let reservation = db::reservations::find(&mut *state.db.acquire().await?, order_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no event of order {order_id} was ever seen")))?;
+    Ok(Json(ReservationView {
+        order_id,
+        state: reservation.state,
+        items: reservation.items,
+        rejection_reason: reservation.rejection_reason,
+        updated_at: reservation.updated_at,
+    }))
+}
