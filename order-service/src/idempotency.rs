@@ -3,8 +3,9 @@
 //! A token's key holds one of three states, and every change is one atomic Lua script
 //! (never check-then-set):
 //! - `issued` — handed out by `POST /idempotency-tokens`, expires after the token TTL;
-//! - `inflight:<fingerprint>:<expires_at_ms>` — a request is creating the order; this state
-//!   lives at most [`IN_FLIGHT_TTL`], so a crashed request does not block its token forever;
+//! - `inflight:<fingerprint>:<claimed_at_ms>` — a request is creating the order. A claim
+//!   older than [`IN_FLIGHT_TTL`] is stale (its process died): the next request may claim the
+//!   token again, and PostgreSQL's unique key decides if the dead one had committed after all;
 //! - `done:<json>` — the first response, kept for the token TTL for cheap replays.
 //!
 //! Redis is a cache of the truth here: the outcome is also committed in PostgreSQL with the
@@ -84,18 +85,23 @@ impl TokenStore {
         Ok((token, expires_at))
     }
 
-    /// Atomically moves an `issued` token to in flight for `fingerprint`, or reports its state.
+    /// Atomically moves an `issued` token (or one whose claim went stale) to in flight for
+    /// `fingerprint`, or reports its state. The token keeps its original expiry.
     pub async fn claim(&self, token: &Uuid, fingerprint: &str) -> redis::RedisResult<Claim> {
         static CLAIM: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
             Script::new(
                 r"
                 local v = redis.call('GET', KEYS[1])
                 if not v then return '' end
-                if v == 'issued' then
-                    local left = redis.call('PTTL', KEYS[1])
-                    local now = redis.call('TIME')
-                    local expires_at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + math.max(left, 0)
-                    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. expires_at, 'PX', ARGV[2])
+                local t = redis.call('TIME')
+                local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+                local stale = false
+                if string.sub(v, 1, 9) == 'inflight:' then
+                    local claimed_at = tonumber(string.match(v, ':(%d+)$'))
+                    stale = claimed_at ~= nil and now - claimed_at > tonumber(ARGV[2])
+                end
+                if v == 'issued' or stale then
+                    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. now, 'KEEPTTL')
                     return 'claimed'
                 end
                 return v
@@ -132,23 +138,19 @@ impl TokenStore {
             .await
     }
 
-    /// Gives the token back (as `issued`, with its original expiry) after a failure that
-    /// created nothing, so the client can retry with it. Only if this request still holds it.
+    /// Gives the token back (`issued`, original expiry kept) after a failure that created
+    /// nothing, so the client can retry with it. Only if this request still holds it.
     pub async fn release(&self, token: &Uuid, fingerprint: &str) -> redis::RedisResult<()> {
         static RELEASE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
             Script::new(
                 r"
                 local v = redis.call('GET', KEYS[1])
-                if not v or string.sub(v, 1, string.len(ARGV[1]) + 1) ~= ARGV[1] .. ':' then return 0 end
-                local expires_at = tonumber(string.sub(v, string.len(ARGV[1]) + 2))
-                local now = redis.call('TIME')
-                local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-                if not expires_at or expires_at <= now_ms then
-                    redis.call('DEL', KEYS[1])
-                    return 0
+                local prefix = ARGV[1] .. ':'
+                if v and string.sub(v, 1, string.len(prefix)) == prefix then
+                    redis.call('SET', KEYS[1], 'issued', 'KEEPTTL')
+                    return 1
                 end
-                redis.call('SET', KEYS[1], 'issued', 'PXAT', expires_at)
-                return 1
+                return 0
                 ",
             )
         });

@@ -189,6 +189,23 @@ impl TestApp {
         }
     }
 
+    /// Overwrites a token's Redis state (keeping its TTL), to stage what a crash leaves.
+    pub async fn set_token_state(&self, token: &str, state: &str) {
+        let client = redis::Client::open(testing::redis_url()).expect("redis url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        let key = format!("{}idem:{token}", self.redis_prefix);
+        redis::cmd("SET")
+            .arg(key)
+            .arg(state)
+            .arg("KEEPTTL")
+            .query_async::<()>(&mut conn)
+            .await
+            .expect("set");
+    }
+
     pub async fn redis_key_exists(&self, token: &str) -> bool {
         let client = redis::Client::open(testing::redis_url()).expect("redis url");
         let mut conn = client

@@ -190,3 +190,27 @@ async fn issued_tokens_are_uuids_with_an_expiry() {
     let left = expires_at.signed_duration_since(chrono::Utc::now());
     assert!(left > chrono::Duration::minutes(59) && left <= chrono::Duration::minutes(60));
 }
+
+#[tokio::test]
+async fn a_claim_left_by_a_crashed_request_goes_stale_and_the_token_works_again() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    // What a process killed mid-request leaves behind: an in-flight claim from a minute ago.
+    let stale_claim = format!(
+        "inflight:somefingerprint:{}",
+        chrono::Utc::now().timestamp_millis() - 60_000
+    );
+    app.set_token_state(&token, &stale_claim).await;
+    let response = app.post_order(&token, &order_body(1, 1001, 1)).await;
+    assert_eq!(response.status(), 202);
+
+    // A fresh claim, though, still means "in progress".
+    let other = app.issue_token().await;
+    let fresh_claim = format!(
+        "inflight:somefingerprint:{}",
+        chrono::Utc::now().timestamp_millis()
+    );
+    app.set_token_state(&other, &fresh_claim).await;
+    let busy = app.post_order(&other, &order_body(1, 1001, 1)).await;
+    assert_problem(busy, 422, "idempotency-key-reused").await;
+}
