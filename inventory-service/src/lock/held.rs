@@ -56,6 +56,9 @@ pub struct Locks {
     /// Stops the watchdog when dropped.
     watchdog: Option<DropGuard>,
     released: bool,
+    /// This process's turn on the products; declared last, so it passes on only after the
+    /// keys were released (fields drop in declaration order).
+    turns: super::local::Turns,
 }
 
 impl std::fmt::Debug for Locks {
@@ -100,6 +103,7 @@ impl Locks {
             state,
             watchdog,
             released: false,
+            turns: Vec::new(),
         }
     }
 
@@ -114,7 +118,13 @@ impl Locks {
             }),
             watchdog: None,
             released: true,
+            turns: Vec::new(),
         }
+    }
+
+    pub(super) fn with_turns(mut self, turns: super::local::Turns) -> Self {
+        self.turns = turns;
+        self
     }
 
     /// `true` when Redis was unreachable and nothing is locked.

@@ -6,6 +6,8 @@
 //! loses its keys, or when Redis is down and deductions run without locks at all.
 //!
 //! How a lock works:
+//! - **Queue locally first**: tasks of this process wanting the same product wait in a FIFO
+//!   ([`local`]), so only one of them at a time asks Redis and hand-overs have no backoff gap.
 //! - **Acquire**: `SET <key> <token> NX PX <ttl>` with a fresh random token (UUID v4) for
 //!   each key of each acquisition, retried with jittered exponential backoff until a deadline
 //!   ([`LockError::Timeout`]). Several products are locked in ascending product id, each id
@@ -27,6 +29,7 @@
 
 mod held;
 mod lease;
+mod local;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,6 +85,7 @@ struct LockerInner {
     options: LockOptions,
     /// Set while Redis is unreachable, so the outage is logged once, not once per request.
     redis_down: AtomicBool,
+    local: local::LocalQueues,
 }
 
 impl std::fmt::Debug for Locker {
@@ -101,6 +105,7 @@ impl Locker {
                 keys,
                 options,
                 redis_down: AtomicBool::new(false),
+                local: local::LocalQueues::default(),
             }),
         }
     }
@@ -131,6 +136,10 @@ impl Locker {
         ids.dedup();
         let started = Instant::now();
         let deadline = started + inner.options.wait;
+        let Some(turns) = inner.local.enter(&ids, deadline).await else {
+            metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
+            return Err(LockError::Timeout(inner.options.wait));
+        };
         let mut conn = inner.redis.clone();
         let mut leases = Vec::with_capacity(ids.len());
         let mut valid_until = None;
@@ -151,7 +160,7 @@ impl Locker {
                     // The failed SET may still have landed (a lost reply): free that key too.
                     leases.push(lease);
                     release_all(&mut conn, &leases).await;
-                    return Ok(self.bypass(&error));
+                    return Ok(self.bypass(&error).with_turns(turns));
                 }
             }
         }
@@ -164,7 +173,8 @@ impl Locker {
             leases,
             valid_until.unwrap_or(started + inner.options.ttl),
             inner.options,
-        ))
+        )
+        .with_turns(turns))
     }
 
     fn bypass(&self, error: &redis::RedisError) -> Locks {

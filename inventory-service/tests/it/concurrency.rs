@@ -131,8 +131,14 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
         .expect("the row");
     assert_eq!(stale.stock, 1);
 
-    // ...and stalls until its lock expires; B takes the lock and sells the last unit.
-    let b_locks = stalling
+    // ...and stalls until its lock expires; B, in another process, takes the lock and sells
+    // the last unit.
+    let other_process = app.locker(LockOptions {
+        ttl: Duration::from_millis(300),
+        wait: Duration::from_secs(10),
+        renew: true,
+    });
+    let b_locks = other_process
         .acquire(product)
         .await
         .expect("B's lock, once A's expired");

@@ -26,7 +26,12 @@ fn redis() -> ConnectionManager {
 }
 
 fn locker(options: LockOptions) -> Locker {
-    Locker::new(redis(), RedisKeys::new(redis_prefix()), options)
+    locker_with_prefix(&redis_prefix(), options)
+}
+
+/// Lockers sharing a prefix play separate processes contending for the same keys in Redis.
+fn locker_with_prefix(prefix: &str, options: LockOptions) -> Locker {
+    Locker::new(redis(), RedisKeys::new(prefix), options)
 }
 
 async fn holder_of(conn: &mut ConnectionManager, key: &str) -> Option<String> {
@@ -39,14 +44,19 @@ async fn holder_of(conn: &mut ConnectionManager, key: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_one_of_twenty_tasks_holds_a_products_lock_at_a_time() {
-    let locker = locker(options(10_000, 30_000, true));
+    // Five "processes" (lockers of their own, one Redis key space) with four tasks each:
+    // tasks of one process queue locally, processes exclude each other through Redis.
+    let prefix = redis_prefix();
+    let lockers: Vec<_> = (0..5)
+        .map(|_| locker_with_prefix(&prefix, options(10_000, 30_000, true)))
+        .collect();
     let counter = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
     let most_inside = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
-    for _ in 0..20 {
+    for task in 0..20 {
         let (locker, counter, inside, most_inside) = (
-            locker.clone(),
+            lockers[task % lockers.len()].clone(),
             counter.clone(),
             inside.clone(),
             most_inside.clone(),
@@ -217,15 +227,17 @@ async fn several_products_are_locked_once_each_in_ascending_order() {
 
 #[tokio::test]
 async fn a_busy_lock_times_out_and_releases_what_it_had_taken() {
-    let locker = locker(options(5_000, 200, true));
-    let holder = locker.acquire(ProductId(2)).await.expect("the lock");
+    let prefix = redis_prefix();
+    let other_process = locker_with_prefix(&prefix, options(5_000, 200, true));
+    let locker = locker_with_prefix(&prefix, options(5_000, 200, true));
+    let holder = other_process.acquire(ProductId(2)).await.expect("the lock");
     let waiter = locker.acquire_all(&[ProductId(1), ProductId(2)]).await;
     assert!(matches!(waiter, Err(LockError::Timeout(_))), "{waiter:?}");
     // Product 1, taken before the wait on product 2, was given back.
-    let one = locker
+    let one = other_process
         .acquire(ProductId(1))
         .await
-        .expect("product 1 is free");
+        .expect("product 1 is free in Redis too");
     one.release().await;
     holder.release().await;
 }
