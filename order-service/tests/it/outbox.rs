@@ -62,3 +62,50 @@ async fn an_order_commits_with_a_complete_order_created_event() {
         "{traceparent}"
     );
 }
+
+#[tokio::test]
+async fn sent_rows_and_processed_ids_past_their_retention_are_deleted_in_batches() {
+    let app = TestApp::spawn_with(|c| {
+        c.messaging.retention.keep = std::time::Duration::from_secs(3600);
+        c.messaging.retention.sweep_every = std::time::Duration::from_millis(100);
+        c.messaging.retention.batch = 2;
+    })
+    .await;
+    sqlx::query(
+        "INSERT INTO outbox (event_id, exchange, routing_key, payload, status, sent_at, created_at) \
+         SELECT gen_random_uuid(), 'orders.events', 'order.created', '{}', status, sent_at, now() - interval '3 hours' \
+         FROM (VALUES ('sent', now() - interval '2 hours'), ('sent', now() - interval '2 hours'), \
+                      ('sent', now() - interval '2 hours'), ('sent', now() - interval '2 hours'), \
+                      ('sent', now() - interval '2 hours'), ('sent', now()), \
+                      ('dead', NULL::timestamptz)) AS r(status, sent_at)",
+    )
+    .execute(&app.db.pool)
+    .await
+    .expect("seed outbox");
+    sqlx::query(
+        "INSERT INTO processed_messages (message_id, kind, processed_at) \
+         SELECT gen_random_uuid(), 'inventory.reserved', at \
+         FROM (VALUES (now() - interval '2 hours'), (now() - interval '2 hours'), \
+                      (now() - interval '2 hours'), (now())) AS r(at)",
+    )
+    .execute(&app.db.pool)
+    .await
+    .expect("seed processed messages");
+    crate::helpers::eventually(std::time::Duration::from_secs(10), || async {
+        let kept = (
+            app.count("outbox").await,
+            app.count("processed_messages").await,
+        );
+        (kept == (2, 1)).then_some(())
+    })
+    .await;
+    let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox ORDER BY status")
+        .fetch_all(&app.db.pool)
+        .await
+        .expect("statuses");
+    assert_eq!(
+        statuses,
+        ["dead", "sent"],
+        "dead rows wait for an operator; recent sent rows stay"
+    );
+}
