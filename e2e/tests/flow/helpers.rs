@@ -43,6 +43,9 @@ pub struct Stack {
     pub client: reqwest::Client,
     inventory_prefix: String,
     inventory_addr: std::net::SocketAddr,
+    /// Held for the whole test, so no other test can take inventory's port while it is
+    /// stopped; each start serves a clone of it.
+    inventory_listener: std::net::TcpListener,
 }
 
 impl Stack {
@@ -61,11 +64,12 @@ impl Stack {
         let order_db = TestDatabase::create("e2e_orders", &order_service::MIGRATOR).await;
         let inventory_db =
             TestDatabase::create("e2e_inventory", &inventory_service::MIGRATOR).await;
-        // Reserve inventory's port now so order-service knows where to reconcile.
-        let inventory_addr = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-            probe.local_addr().expect("addr")
-        };
+        // Bind inventory's port now, so order-service knows where to reconcile.
+        let inventory_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        inventory_listener
+            .set_nonblocking(true)
+            .expect("non-blocking");
+        let inventory_addr = inventory_listener.local_addr().expect("addr");
         let mut order_config = order_service::config::Config {
             http_addr: "127.0.0.1:0".parse().expect("addr"),
             database_url: order_db.url.clone(),
@@ -92,6 +96,7 @@ impl Stack {
             client: reqwest::Client::new(),
             inventory_prefix: testing::redis_prefix(),
             inventory_addr,
+            inventory_listener,
         };
         if with_inventory {
             stack.start_inventory().await;
@@ -115,9 +120,11 @@ impl Stack {
         let state = inventory_service::build_state(config.clone())
             .await
             .expect("inventory state");
-        let listener = tokio::net::TcpListener::bind(config.http_addr)
-            .await
-            .expect("inventory port");
+        let listener = self
+            .inventory_listener
+            .try_clone()
+            .and_then(tokio::net::TcpListener::from_std)
+            .expect("inventory's listener");
         let shutdown = CancellationToken::new();
         let done = tokio::spawn({
             let shutdown = shutdown.clone();

@@ -118,3 +118,28 @@ pub async fn give_back(conn: &mut PgConnection, items: &[LineItem]) -> sqlx::Res
     }
     Ok(())
 }
+
+/// The first item (in ascending product id) the current stock cannot cover, read without any
+/// lock. A rejection needs no lock: it deducts nothing, and it is true of the stock as read.
+pub async fn first_shortfall(
+    conn: &mut PgConnection,
+    items: &[LineItem],
+) -> sqlx::Result<Option<(RejectionReason, ProductId)>> {
+    let ids: Vec<i64> = items.iter().map(|i| i.product_id.0).collect();
+    let rows: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT product_id, stock FROM products WHERE product_id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(conn)
+            .await?;
+    let mut sorted = items.to_vec();
+    sorted.sort_by_key(|item| item.product_id);
+    Ok(sorted.into_iter().find_map(|item| {
+        match rows.iter().find(|(id, _)| *id == item.product_id.0) {
+            None => Some((RejectionReason::UnknownProduct, item.product_id)),
+            Some((_, stock)) if *stock < item.quantity => {
+                Some((RejectionReason::InsufficientStock, item.product_id))
+            }
+            Some(_) => None,
+        }
+    }))
+}

@@ -1,6 +1,7 @@
 //! Consumes `order.*` events.
 //!
-//! `order.created`: take the products' locks (ascending ids), then in one transaction
+//! `order.created`: unless the current stock plainly cannot cover the order (then it is
+//! rejected without locks), take the products' locks (ascending ids), then in one transaction
 //! serialise on the order, record the message id, deduct every item with the conditional
 //! update (all or nothing), store the reservation and write `inventory.reserved` or
 //! `inventory.rejected` to the outbox; check the locks were never lost; commit.
@@ -98,9 +99,18 @@ impl OrderEvents {
         created: &OrderCreated,
         trace: &TraceContext,
     ) -> Result<Handled, AttemptError> {
-        let mut products: Vec<_> = created.items.iter().map(|i| i.product_id).collect();
-        products.sort_unstable();
-        let locks = self.locker.acquire_all(&products).await?;
+        // An order the stock plainly cannot cover is rejected without waiting for the locks:
+        // in a sale that sold out, the many late orders no longer queue behind each other.
+        let shortfall =
+            db::stock::first_shortfall(&mut *self.db.acquire().await?, &created.items).await?;
+        let locks = match shortfall {
+            Some(_) => None,
+            None => {
+                let mut products: Vec<_> = created.items.iter().map(|i| i.product_id).collect();
+                products.sort_unstable();
+                Some(self.locker.acquire_all(&products).await?)
+            }
+        };
         let result = async {
             let mut tx = self.db.begin().await?;
             db::reservations::lock_order(&mut tx, created.order_id).await?;
@@ -111,17 +121,24 @@ impl OrderEvents {
                 // Seen before (a re-published creation, or a tombstone): answer again, deduct nothing.
                 Some(existing) => answer_again(&mut tx, &existing, trace).await?,
                 None => {
-                    let outcome = db::stock::deduct_all(&mut tx, &created.items).await?;
+                    let outcome = match shortfall {
+                        Some((reason, product_id)) => Outcome::Rejected { reason, product_id },
+                        None => db::stock::deduct_all(&mut tx, &created.items).await?,
+                    };
                     record_outcome(&mut tx, created, outcome, trace).await?;
                     // A holder whose lock expired or was taken must not commit.
-                    locks.ensure_held()?;
+                    if let Some(locks) = &locks {
+                        locks.ensure_held()?;
+                    }
                 }
             }
             tx.commit().await?;
             Ok::<_, AttemptError>(Handled::Applied)
         }
         .await;
-        locks.release().await;
+        if let Some(locks) = locks {
+            locks.release().await;
+        }
         result
     }
 
