@@ -2,12 +2,14 @@
 //!
 //! 1. The request is validated first: a refused request does not use up its token.
 //! 2. The token is claimed in Redis atomically (`issued` -> in flight).
-//! 3. Order, outbox row and the token's outcome commit in one transaction; the outcome's
+//! 3. Order, outbox row and the token's outcome commit in one statement; the outcome's
 //!    primary key makes a second order for the token impossible even when Redis forgot it.
 //! 4. The response is cached in Redis for fast replays; PostgreSQL stays the source of truth.
 
 use axum::body::Bytes;
+use chrono::{SubsecRound, Utc};
 use platform::http::TraceContext;
+use platform::outbox::NewOutboxRow;
 use shared::events::{Envelope, OrderCreated, OrderEvent};
 use shared::ids::OrderId;
 use shared::keys;
@@ -107,24 +109,29 @@ async fn create(
     trace: &TraceContext,
 ) -> Result<StoredResponse, ApiError> {
     let order_id = OrderId::new();
-    let mut tx = state.db.begin().await?;
-    let row = db::orders::insert(&mut tx, order_id, order).await?;
-    let body = serde_json::to_string(&Order::from(row)).map_err(anyhow::Error::from)?;
+    // PostgreSQL keeps microseconds: truncate, so the stored row and the response agree.
+    let created_at = Utc::now().trunc_subsecs(6);
+    let body = serde_json::to_string(&Order::placed(order_id, order, created_at))
+        .map_err(anyhow::Error::from)?;
     let response = StoredResponse {
         fingerprint,
         order_id: order_id.0,
         status: 202,
         body,
     };
-    db::idempotency::insert(&mut tx, &token, &response).await?;
     let event = Envelope::new(OrderEvent::Created(OrderCreated {
         order_id,
         user_id: order.user_id,
         items: order.items.clone(),
         amount: order.amount,
     }));
-    platform::outbox::enqueue(&mut tx, keys::ORDERS_EXCHANGE, &event, trace).await?;
-    tx.commit().await?;
+    let event =
+        NewOutboxRow::new(keys::ORDERS_EXCHANGE, &event, trace).map_err(anyhow::Error::from)?;
+    let mut conn = state.db.acquire().await?;
+    db::placement::insert(
+        &mut conn, order_id, order, created_at, &token, &response, event,
+    )
+    .await?;
     Ok(response)
 }
 

@@ -7,7 +7,7 @@ use shared::ids::{OrderId, UserId};
 use utoipa::ToSchema;
 
 use crate::db::orders::OrderRow;
-use crate::domain::OrderStatus;
+use crate::domain::{NewOrder, OrderStatus};
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[schema(example = json!({
@@ -29,6 +29,22 @@ pub struct Order {
     pub rejection_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl Order {
+    /// The order as `POST /orders` first answers it: `PENDING`, created now.
+    pub fn placed(order_id: OrderId, order: &NewOrder, created_at: DateTime<Utc>) -> Self {
+        Self {
+            order_id,
+            user_id: order.user_id,
+            items: order.items.clone(),
+            amount: format!("{:.2}", order.amount),
+            status: OrderStatus::Pending,
+            rejection_reason: None,
+            created_at,
+            updated_at: created_at,
+        }
+    }
 }
 
 impl From<OrderRow> for Order {

@@ -39,6 +39,10 @@ pub async fn connect_and_migrate(
     let pool = PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
+        // No ping before every checkout: it costs a round trip per transaction, and a
+        // connection that died with its server fails its first statement and is dropped
+        // from the pool anyway (requests fail once, then the pool reconnects).
+        .test_before_acquire(false)
         .connect_with(
             options
                 .clone()

@@ -9,25 +9,52 @@ use sqlx::PgConnection;
 
 use crate::http::TraceContext;
 
+/// An outbox row about to be written: the envelope serialised, its routing key, and the trace
+/// context that rides along as AMQP headers.
+#[derive(Debug, Clone)]
+pub struct NewOutboxRow {
+    pub event_id: uuid::Uuid,
+    pub exchange: String,
+    pub routing_key: &'static str,
+    pub payload: serde_json::Value,
+    pub headers: serde_json::Value,
+}
+
+impl NewOutboxRow {
+    pub fn new<E: Event + Serialize>(
+        exchange: &str,
+        envelope: &Envelope<E>,
+        trace: &TraceContext,
+    ) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            event_id: envelope.event_id,
+            exchange: exchange.to_owned(),
+            routing_key: envelope.event.routing_key(),
+            payload: serde_json::to_value(envelope)?,
+            headers: serde_json::json!({ crate::http::trace::TRACEPARENT: trace.traceparent() }),
+        })
+    }
+}
+
 /// Writes `envelope` to the outbox on `conn` (which should be inside the transaction that
-/// makes the change the event reports). The trace context rides along as AMQP headers.
+/// makes the change the event reports).
 pub async fn enqueue<E: Event + Serialize>(
     conn: &mut PgConnection,
     exchange: &str,
     envelope: &Envelope<E>,
     trace: &TraceContext,
 ) -> sqlx::Result<()> {
-    let payload = serde_json::to_value(envelope).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    let headers = serde_json::json!({ crate::http::trace::TRACEPARENT: trace.traceparent() });
+    let row = NewOutboxRow::new(exchange, envelope, trace)
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     sqlx::query(
         "INSERT INTO outbox (event_id, exchange, routing_key, payload, headers) \
          VALUES ($1, $2, $3, $4, $5)",
     )
-    .bind(envelope.event_id)
-    .bind(exchange)
-    .bind(envelope.event.routing_key())
-    .bind(payload)
-    .bind(headers)
+    .bind(row.event_id)
+    .bind(row.exchange)
+    .bind(row.routing_key)
+    .bind(row.payload)
+    .bind(row.headers)
     .execute(conn)
     .await?;
     Ok(())

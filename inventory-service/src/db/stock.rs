@@ -87,6 +87,16 @@ pub async fn deduct_all(
     conn: &mut PgConnection,
     items: &[LineItem],
 ) -> Result<Outcome, StockError> {
+    if let [item] = items {
+        // One item: a rejection has written nothing, so no savepoint is needed to undo it.
+        return Ok(match deduct_one(conn, *item).await? {
+            None => Outcome::Applied,
+            Some(reason) => Outcome::Rejected {
+                reason,
+                product_id: item.product_id,
+            },
+        });
+    }
     let mut sorted = items.to_vec();
     sorted.sort_by_key(|item| item.product_id);
     let mut savepoint = conn.begin().await?;

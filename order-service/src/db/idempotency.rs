@@ -9,25 +9,6 @@ use crate::idempotency::StoredResponse;
 /// The constraint a concurrent or post-Redis-loss duplicate runs into.
 pub const TOKEN_KEY: &str = "idempotency_keys_pkey";
 
-pub async fn insert(
-    conn: &mut PgConnection,
-    token: &Uuid,
-    response: &StoredResponse,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO idempotency_keys (token, fingerprint, order_id, response_status, response_body) \
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(token)
-    .bind(&response.fingerprint)
-    .bind(response.order_id)
-    .bind(i16::try_from(response.status).unwrap_or(i16::MAX))
-    .bind(response.body.as_bytes())
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 pub async fn find(conn: &mut PgConnection, token: &Uuid) -> sqlx::Result<Option<StoredResponse>> {
     let row: Option<(String, Uuid, i16, Vec<u8>)> = sqlx::query_as(
         "SELECT fingerprint, order_id, response_status, response_body \

@@ -2,3 +2,4 @@
 
 pub mod idempotency;
 pub mod orders;
+pub mod placement;

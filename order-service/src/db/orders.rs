@@ -8,7 +8,7 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use crate::domain::{NewOrder, OrderStatus};
+use crate::domain::OrderStatus;
 
 /// An order as stored.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -21,23 +21,6 @@ pub struct OrderRow {
     pub rejection_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-pub async fn insert(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    order: &NewOrder,
-) -> sqlx::Result<OrderRow> {
-    sqlx::query_as(
-        "INSERT INTO orders (order_id, user_id, items, amount) VALUES ($1, $2, $3, $4) \
-         RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at",
-    )
-    .bind(order_id.0)
-    .bind(order.user_id.0)
-    .bind(Json(&order.items))
-    .bind(order.amount)
-    .fetch_one(conn)
-    .await
 }
 
 pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Option<OrderRow>> {
