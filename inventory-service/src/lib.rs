@@ -14,6 +14,7 @@ use platform::consumer::ConsumerSettings;
 use platform::db::PoolSettings;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
+use platform::outbox::OutboxSignal;
 use shared::keys::{self, RedisKeys};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -76,6 +77,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         locker,
         broker,
         admin_token: AdminToken::new(config.admin_token.clone()),
+        outbox: OutboxSignal::default(),
         config: Arc::new(config),
     })
 }
@@ -102,6 +104,7 @@ pub async fn serve(
         state.db.clone(),
         state.broker.clone(),
         messaging.relay.clone(),
+        state.outbox.clone(),
         shutdown.clone(),
     ));
     tasks.spawn(platform::outbox::maintain(
@@ -121,6 +124,7 @@ pub async fn serve(
         OrderEvents {
             db: state.db.clone(),
             locker: state.locker.clone(),
+            outbox: state.outbox.clone(),
         },
         shutdown.clone(),
     ));

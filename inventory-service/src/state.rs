@@ -7,6 +7,7 @@ use platform::amqp::Broker;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
+use platform::outbox::OutboxSignal;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
@@ -22,6 +23,8 @@ pub struct AppState {
     /// The RabbitMQ connection; [`crate::serve`] runs its supervisor.
     pub broker: Broker,
     pub admin_token: AdminToken,
+    /// Wakes the outbox relay after a commit that wrote outbox rows.
+    pub outbox: OutboxSignal,
     /// What `/readyz` probes.
     pub readiness: Readiness,
     pub config: Arc<Config>,
@@ -46,6 +49,9 @@ impl FromRef<AppState> for AdminToken {
 
 impl FromRef<AppState> for OutboxDb {
     fn from_ref(state: &AppState) -> Self {
-        Self(state.db.clone())
+        Self {
+            db: state.db.clone(),
+            signal: state.outbox.clone(),
+        }
     }
 }

@@ -8,8 +8,8 @@
 -- Faithful where it matters for throughput:
 --   * one statement, autocommit, as the service sends it;
 --   * the idempotency outcome and the outbox row carry bodies of realistic size;
---   * the outbox insert fires the `outbox_notify` trigger, so the commit takes PostgreSQL's
---     global NOTIFY lock exactly as the service's statements do.
+--   * the schema is the migrated one, so the same indexes and constraints are maintained (the
+--     relay is woken in-process: no trigger, no NOTIFY).
 -- Not the same: the service's ids are UUIDv7 (time-ordered); PostgreSQL 15 has only
 -- gen_random_uuid() (v4). For a 20 s run the indexes stay in memory, so it barely matters.
 -- Not included: the relay later marking the outbox row sent, inventory's reservation and the

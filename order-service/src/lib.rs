@@ -23,6 +23,7 @@ use platform::amqp::Broker;
 use platform::consumer::ConsumerSettings;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
+use platform::outbox::OutboxSignal;
 use shared::keys::{self, RedisKeys};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -65,6 +66,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         broker,
         readiness,
         admin_token: AdminToken::new(config.admin_token.clone()),
+        outbox: OutboxSignal::default(),
         config: Arc::new(config),
     })
 }
@@ -93,6 +95,7 @@ pub async fn serve(
         state.db.clone(),
         state.broker.clone(),
         config.messaging.relay.clone(),
+        state.outbox.clone(),
         shutdown.clone(),
     ));
     tasks.spawn(platform::outbox::maintain(
@@ -111,11 +114,13 @@ pub async fn serve(
         },
         InventoryEvents {
             db: state.db.clone(),
+            outbox: state.outbox.clone(),
         },
         shutdown.clone(),
     ));
     tasks.spawn(messaging::reconcile::run(
         state.db.clone(),
+        state.outbox.clone(),
         ReconcileSettings {
             inventory_url: config.inventory_url.clone(),
             after: config.reconcile_after,

@@ -132,6 +132,7 @@ async fn create(
         &mut conn, order_id, order, created_at, &token, &response, event,
     )
     .await?;
+    state.outbox.wake();
     Ok(response)
 }
 

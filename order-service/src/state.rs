@@ -7,6 +7,7 @@ use platform::amqp::Broker;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
+use platform::outbox::OutboxSignal;
 use sqlx::PgPool;
 
 use crate::config::Config;
@@ -19,6 +20,8 @@ pub struct AppState {
     pub broker: Broker,
     pub readiness: Readiness,
     pub admin_token: AdminToken,
+    /// Wakes the outbox relay after a commit that wrote outbox rows.
+    pub outbox: OutboxSignal,
     pub config: Arc<Config>,
 }
 
@@ -30,6 +33,9 @@ impl FromRef<AppState> for AdminToken {
 
 impl FromRef<AppState> for OutboxDb {
     fn from_ref(state: &AppState) -> Self {
-        Self(state.db.clone())
+        Self {
+            db: state.db.clone(),
+            signal: state.outbox.clone(),
+        }
     }
 }

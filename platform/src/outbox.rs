@@ -9,6 +9,23 @@ use sqlx::PgConnection;
 
 use crate::http::TraceContext;
 
+/// Wakes this process's relay right after outbox rows were committed, so it does not wait
+/// for its polling period. Cheap to clone; call [`OutboxSignal::wake`] after the commit
+/// (before it, the relay could look and find nothing).
+#[derive(Debug, Clone, Default)]
+pub struct OutboxSignal(std::sync::Arc<tokio::sync::Notify>);
+
+impl OutboxSignal {
+    pub fn wake(&self) {
+        self.0.notify_one();
+    }
+
+    /// Resolves at the next wake (or at once if one happened since the last wait).
+    pub async fn woken(&self) {
+        self.0.notified().await;
+    }
+}
+
 /// An outbox row about to be written: the envelope serialised, its routing key, and the trace
 /// context that rides along as AMQP headers.
 #[derive(Debug, Clone)]

@@ -1,8 +1,11 @@
 //! The outbox relay: publishes committed outbox rows to RabbitMQ.
 //!
-//! - Woken by `LISTEN outbox` (a trigger notifies on insert), so an event leaves within
-//!   milliseconds of its commit; a short timer also runs it, for retries that came due and
-//!   for notifications lost while the listener reconnected.
+//! - Woken in-process by [`OutboxSignal::wake`], which the code calls right after committing
+//!   outbox rows, so an event leaves within milliseconds of its commit. A short timer also runs
+//!   it, for retries that came due and for rows other instances (or a crashed one) left.
+//!   `LISTEN/NOTIFY` was the first design and was measured out: PostgreSQL takes one global
+//!   lock at the commit of every notifying transaction, which serialised all order commits
+//!   behind each other's WAL flush (most sampled backends waited on `Lock:object`).
 //! - Claims a batch with `FOR UPDATE SKIP LOCKED`, so several relays (one per service
 //!   instance) never publish the same row at the same time.
 //! - Publishes persistent, `mandatory` messages on a confirm channel and marks a row sent
@@ -13,23 +16,18 @@
 //!   publish but before the commit, the rows are published again — consumers deduplicate.
 //! - Checks for shutdown between batches, never in the middle of one.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Confirmation};
-use sqlx::postgres::PgListener;
 use sqlx::{PgConnection, PgPool};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::amqp::{Broker, backoff};
-
-/// The notification channel the outbox trigger signals on.
-pub const OUTBOX_CHANNEL: &str = "outbox";
+use crate::outbox::OutboxSignal;
 
 pub const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES_TOTAL: &str = "outbox_publish_failures_total";
@@ -81,7 +79,7 @@ impl Default for RelaySettings {
             max_attempts: 10,
             base_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(60),
-            idle_poll: Duration::from_millis(500),
+            idle_poll: Duration::from_millis(250),
             confirm_timeout: Duration::from_secs(10),
         }
     }
@@ -99,9 +97,13 @@ struct OutboxRow {
 }
 
 /// Runs until `shutdown`.
-pub async fn run(db: PgPool, broker: Broker, settings: RelaySettings, shutdown: CancellationToken) {
-    let wake = Arc::new(Notify::new());
-    let listener = tokio::spawn(listen(db.clone(), wake.clone(), shutdown.clone()));
+pub async fn run(
+    db: PgPool,
+    broker: Broker,
+    settings: RelaySettings,
+    signal: OutboxSignal,
+    shutdown: CancellationToken,
+) {
     let mut channel: Option<Channel> = None;
     while !shutdown.is_cancelled() {
         if channel.as_ref().is_none_or(|c| !c.status().connected()) {
@@ -129,11 +131,10 @@ pub async fn run(db: PgPool, broker: Broker, settings: RelaySettings, shutdown: 
         }
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = wake.notified() => {}
+            () = signal.woken() => {}
             () = tokio::time::sleep(settings.idle_poll) => {}
         }
     }
-    listener.abort();
 }
 
 async fn confirm_channel(broker: &Broker, shutdown: &CancellationToken) -> Option<Channel> {
@@ -155,28 +156,6 @@ async fn confirm_channel(broker: &Broker, shutdown: &CancellationToken) -> Optio
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
                 }
             }
-        }
-    }
-}
-
-/// Keeps a `LISTEN outbox` connection and turns notifications into wake-ups.
-async fn listen(db: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
-    while !shutdown.is_cancelled() {
-        let listener = async {
-            let mut listener = PgListener::connect_with(&db).await?;
-            listener.listen(OUTBOX_CHANNEL).await?;
-            // Rows committed while we were not listening are picked up by this wake-up.
-            wake.notify_one();
-            loop {
-                listener.recv().await?;
-                wake.notify_one();
-            }
-            #[allow(unreachable_code)]
-            Ok::<(), sqlx::Error>(())
-        };
-        if let Err(error) = listener.await {
-            tracing::warn!(%error, "outbox listener lost its connection; reconnecting");
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use platform::consumer::{HandleError, Handled, Handler, Message};
 use platform::http::TraceContext;
+use platform::outbox::OutboxSignal;
 use shared::events::{
     Envelope, InventoryEvent, LineItem, OrderCancelled, OrderCreated, OrderEvent, StockRejected,
     StockReleased, StockReserved,
@@ -37,6 +38,7 @@ const RACE_BUDGET: Duration = Duration::from_secs(30);
 pub struct OrderEvents {
     pub db: sqlx::PgPool,
     pub locker: Locker,
+    pub outbox: OutboxSignal,
 }
 
 impl Handler for OrderEvents {
@@ -133,6 +135,7 @@ impl OrderEvents {
                 }
             }
             tx.commit().await?;
+            self.outbox.wake();
             Ok::<_, AttemptError>(Handled::Applied)
         }
         .await;
@@ -173,6 +176,7 @@ impl OrderEvents {
             Some(_) => {}
         }
         tx.commit().await?;
+        self.outbox.wake();
         Ok(Handled::Applied)
     }
 }

@@ -2,6 +2,7 @@
 //! transaction that records the message id.
 
 use platform::consumer::{HandleError, Handled, Handler, Message};
+use platform::outbox::OutboxSignal;
 use shared::events::{Envelope, InventoryEvent};
 use sqlx::PgPool;
 
@@ -10,6 +11,8 @@ use crate::settle::{self, Verdict};
 #[derive(Debug, Clone)]
 pub struct InventoryEvents {
     pub db: PgPool,
+    /// A verdict for a cancelled order writes a release request to the outbox.
+    pub outbox: OutboxSignal,
 }
 
 impl Handler for InventoryEvents {
@@ -34,6 +37,7 @@ impl Handler for InventoryEvents {
             None => None,
         };
         tx.commit().await?;
+        self.outbox.wake();
         if let Some(transition) = transition {
             transition.record();
         }

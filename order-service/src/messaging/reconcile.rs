@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use platform::http::TraceContext;
+use platform::outbox::OutboxSignal;
 use serde::Deserialize;
 use shared::events::{Envelope, OrderCreated, OrderEvent, RejectionReason};
 use shared::ids::{OrderId, UserId};
@@ -33,7 +34,12 @@ struct Reservation {
     rejection_reason: Option<RejectionReason>,
 }
 
-pub async fn run(db: PgPool, settings: ReconcileSettings, shutdown: CancellationToken) {
+pub async fn run(
+    db: PgPool,
+    outbox: OutboxSignal,
+    settings: ReconcileSettings,
+    shutdown: CancellationToken,
+) {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()
@@ -44,8 +50,12 @@ pub async fn run(db: PgPool, settings: ReconcileSettings, shutdown: Cancellation
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if let Err(error) = reconcile_once(&db, &client, &settings).await {
-            tracing::warn!(error = format!("{error:#}"), "reconciliation round failed");
+        match reconcile_once(&db, &client, &settings).await {
+            Ok(0) => {}
+            Ok(_) => outbox.wake(),
+            Err(error) => {
+                tracing::warn!(error = format!("{error:#}"), "reconciliation round failed")
+            }
         }
     }
 }

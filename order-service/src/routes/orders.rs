@@ -207,6 +207,7 @@ pub async fn cancel(
     tx.commit().await?;
     match outcome {
         Cancelled::Now(row, transition) => {
+            state.outbox.wake();
             transition.record();
             Ok(Json(row.into()))
         }

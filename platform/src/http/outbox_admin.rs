@@ -1,7 +1,7 @@
 //! Operator endpoints over the outbox (both services): list rows by status (dead ones are
 //! those that exhausted their retries) and send one again.
 
-use axum::extract::{FromRef, State};
+use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use shared::Problem;
@@ -11,15 +11,14 @@ use uuid::Uuid;
 
 use super::pagination::{self, Page};
 use super::{AdminAuth, Json, Path, Query};
+use crate::outbox::OutboxSignal;
 
-/// The pool the admin endpoints read; services provide it with `FromRef`.
+/// What the admin endpoints need; services provide it with `FromRef`.
 #[derive(Debug, Clone)]
-pub struct OutboxDb(pub PgPool);
-
-impl FromRef<PgPool> for OutboxDb {
-    fn from_ref(pool: &PgPool) -> Self {
-        Self(pool.clone())
-    }
+pub struct OutboxDb {
+    pub db: PgPool,
+    /// Wakes this instance's relay after a retry.
+    pub signal: OutboxSignal,
 }
 
 /// One outbox row as operators see it.
@@ -65,7 +64,7 @@ pub struct OutboxQuery {
 )]
 pub async fn list(
     _: AdminAuth,
-    State(OutboxDb(db)): State<OutboxDb>,
+    State(OutboxDb { db, .. }): State<OutboxDb>,
     Query(query): Query<OutboxQuery>,
 ) -> Result<Json<Page<OutboxEntry>>, Problem> {
     let status = query.status.as_deref().unwrap_or("dead");
@@ -109,14 +108,13 @@ pub async fn list(
 )]
 pub async fn retry(
     _: AdminAuth,
-    State(OutboxDb(db)): State<OutboxDb>,
+    State(OutboxDb { db, signal }): State<OutboxDb>,
     Path(id): Path<i64>,
 ) -> Result<Json<OutboxEntry>, Problem> {
     let row: Option<OutboxEntry> = sqlx::query_as(
-        "WITH wake AS (SELECT pg_notify('outbox', '')) \
-         UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(), \
+        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(), \
          last_error = NULL, updated_at = now() \
-         WHERE id = $1 AND EXISTS (SELECT 1 FROM wake) \
+         WHERE id = $1 \
          RETURNING id, event_id, exchange, routing_key, status, attempts, next_attempt_at, \
          last_error, created_at, sent_at, payload",
     )
@@ -124,8 +122,9 @@ pub async fn retry(
     .fetch_optional(&db)
     .await
     .map_err(internal)?;
-    row.map(Json)
-        .ok_or_else(|| Problem::not_found(format!("outbox row {id} not found")))
+    let row = row.ok_or_else(|| Problem::not_found(format!("outbox row {id} not found")))?;
+    signal.wake();
+    Ok(Json(row))
 }
 
 fn internal(error: sqlx::Error) -> Problem {
