@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use platform::amqp::Broker;
-use platform::consumer::ConsumerSettings;
+use platform::background::Messaging;
 use platform::db::PoolSettings;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
@@ -98,36 +98,23 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
-    let messaging = &state.config.messaging;
-    tasks.spawn(state.broker.clone().supervise(shutdown.clone()));
-    tasks.spawn(platform::relay::run(
-        state.db.clone(),
-        state.broker.clone(),
-        messaging.relay.clone(),
-        state.outbox.clone(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(platform::outbox::maintain(
-        state.db.clone(),
-        messaging.retention.clone(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(platform::consumer::run(
-        state.broker.clone(),
-        state.db.clone(),
-        ConsumerSettings {
-            queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
-            consumer_tag: format!("inventory-service-{}", uuid::Uuid::new_v4()),
-            prefetch: messaging.consumer_prefetch,
-            concurrency: messaging.consumer_concurrency,
-        },
-        OrderEvents {
-            db: state.db.clone(),
-            locker: state.locker.clone(),
-            outbox: state.outbox.clone(),
-        },
-        shutdown.clone(),
-    ));
+    let messaging = Messaging {
+        db: state.db.clone(),
+        broker: state.broker.clone(),
+        config: state.config.messaging.clone(),
+        outbox: state.outbox.clone(),
+    };
+    let handler = OrderEvents {
+        db: state.db.clone(),
+        locker: state.locker.clone(),
+        outbox: state.outbox.clone(),
+    };
+    messaging.spawn(
+        &tasks,
+        keys::INVENTORY_ORDER_EVENTS_QUEUE,
+        handler,
+        &shutdown,
+    );
     tasks.close();
     let served = axum::serve(listener, build_app(state))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use platform::amqp::Broker;
-use platform::consumer::ConsumerSettings;
+use platform::background::Messaging;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::outbox::OutboxSignal;
@@ -90,34 +90,22 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
     let config = &state.config;
-    tasks.spawn(state.broker.clone().supervise(shutdown.clone()));
-    tasks.spawn(platform::relay::run(
-        state.db.clone(),
-        state.broker.clone(),
-        config.messaging.relay.clone(),
-        state.outbox.clone(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(platform::outbox::maintain(
-        state.db.clone(),
-        config.messaging.retention.clone(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(platform::consumer::run(
-        state.broker.clone(),
-        state.db.clone(),
-        ConsumerSettings {
-            queue: keys::ORDER_INVENTORY_EVENTS_QUEUE,
-            consumer_tag: format!("order-service-{}", uuid::Uuid::new_v4()),
-            prefetch: config.messaging.consumer_prefetch,
-            concurrency: config.messaging.consumer_concurrency,
-        },
-        InventoryEvents {
-            db: state.db.clone(),
-            outbox: state.outbox.clone(),
-        },
-        shutdown.clone(),
-    ));
+    let messaging = Messaging {
+        db: state.db.clone(),
+        broker: state.broker.clone(),
+        config: config.messaging.clone(),
+        outbox: state.outbox.clone(),
+    };
+    let handler = InventoryEvents {
+        db: state.db.clone(),
+        outbox: state.outbox.clone(),
+    };
+    messaging.spawn(
+        &tasks,
+        keys::ORDER_INVENTORY_EVENTS_QUEUE,
+        handler,
+        &shutdown,
+    );
     tasks.spawn(messaging::reconcile::run(
         state.db.clone(),
         state.outbox.clone(),

@@ -4,6 +4,7 @@
 //! and the Redis connection.
 
 pub mod amqp;
+pub mod background;
 pub mod config;
 pub mod consumer;
 pub mod db;

@@ -279,23 +279,7 @@ async fn start_orders(config: order_service::config::Config) -> Running {
     }
 }
 
-pub async fn eventually<T, F, Fut>(deadline: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "condition not met within {deadline:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
+pub use platform::testing::eventually;
 
 pub fn id(order: &Value) -> String {
     order["order_id"].as_str().expect("order id").to_owned()

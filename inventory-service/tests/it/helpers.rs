@@ -1,9 +1,6 @@
 //! `TestApp::spawn`: the real service on `127.0.0.1:0` with its own database, Redis key prefix
 //! and AMQP vhost, stopped when the value is dropped; plus small request helpers.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
-
 use inventory_service::Config;
 use inventory_service::lock::{LockOptions, Locker};
 use platform::testing::{TestDatabase, TestVhost, redis_prefix, redis_url};
@@ -212,18 +209,4 @@ pub async fn assert_problem(response: reqwest::Response, status: u16, slug: &str
     body
 }
 
-/// Polls `check` until it returns `Some`, or panics after `limit` (a deadline, not a pause).
-pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use platform::testing::eventually;

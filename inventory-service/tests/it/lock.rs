@@ -205,7 +205,7 @@ async fn a_holder_without_renewal_learns_before_commit_that_its_lock_expired() {
     let locks = locker.acquire(ProductId(5)).await.expect("the lock");
     assert_eq!(locks.ensure_held(), Ok(()));
     let key = locker.key(ProductId(5));
-    eventually(Duration::from_secs(10), "the lock key to expire", || {
+    eventually(Duration::from_secs(10), || {
         let mut conn = conn.clone();
         let key = key.clone();
         async move { holder_of(&mut conn, &key).await.is_none().then_some(()) }

@@ -16,7 +16,7 @@ async fn healthz_answers_and_readyz_turns_ready_once_every_backing_system_answer
         .await
         .expect("GET /healthz");
     assert_eq!(health.status(), 200);
-    eventually(Duration::from_secs(20), "readiness", || async {
+    eventually(Duration::from_secs(20), || async {
         let response = app.anonymous.get(app.url("/readyz")).send().await.ok()?;
         (response.status() == 200).then_some(())
     })

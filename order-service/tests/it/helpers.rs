@@ -251,24 +251,7 @@ pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Valu
     body
 }
 
-/// Polls `check` until it returns `Some`, failing after `deadline`.
-pub async fn eventually<T, F, Fut>(deadline: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "condition not met within {deadline:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use platform::testing::eventually;
 
 pub fn random_uuid() -> String {
     Uuid::new_v4().to_string()
