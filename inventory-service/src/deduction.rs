@@ -121,7 +121,7 @@ impl Retry {
         if self.attempts >= Self::MAX_ATTEMPTS || now >= self.deadline {
             return false;
         }
-        let pause = platform::amqp::backoff(self.attempts, Self::BASE, Self::CAP);
+        let pause = platform::retry::backoff(self.attempts, Self::BASE, Self::CAP);
         self.attempts += 1;
         tokio::time::sleep(pause.min(self.deadline - now)).await;
         true

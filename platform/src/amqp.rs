@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+
+use crate::retry::backoff;
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
@@ -142,17 +144,6 @@ impl Broker {
     }
 }
 
-/// Exponential backoff with full jitter: a random delay in `[base, min(cap, base * 2^attempt)]`.
-pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
-    use rand::Rng;
-    let ceiling = base
-        .saturating_mul(2u32.saturating_pow(attempt.min(20)))
-        .min(cap)
-        .max(base);
-    let millis = rand::rng().random_range(base.as_millis()..=ceiling.as_millis());
-    Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX))
-}
-
 /// Declares exchanges, quorum queues with their delivery limit and dead-lettering, and the
 /// dead-letter queues. Idempotent; every declaration uses the arguments from `shared::keys`.
 pub async fn declare_topology(channel: &Channel) -> lapin::Result<()> {
@@ -246,20 +237,4 @@ fn quorum(dead_letter_key: Option<&str>) -> FieldTable {
         );
     }
     args
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_stays_within_its_bounds() {
-        for attempt in 0..30 {
-            let d = backoff(attempt, Duration::from_millis(100), Duration::from_secs(5));
-            assert!(
-                d >= Duration::from_millis(100) && d <= Duration::from_secs(5),
-                "{d:?}"
-            );
-        }
-    }
 }

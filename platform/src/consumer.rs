@@ -25,9 +25,10 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::amqp::{Broker, backoff};
+use crate::amqp::Broker;
 use crate::http::TraceContext;
 use crate::http::trace::TRACEPARENT;
+use crate::retry::backoff;
 
 pub const MESSAGES_CONSUMED_TOTAL: &str = "messages_consumed_total";
 

@@ -1,7 +1,8 @@
 //! The plumbing both services run on, so each service's own code is only its domain:
 //! configuration helpers, telemetry, shutdown, database bootstrap, the HTTP edge
-//! (problem+json everywhere, request ids, metrics, health, admin auth, pagination),
-//! and the Redis connection.
+//! (problem+json everywhere, request ids, trace context, metrics, health, admin auth,
+//! pagination), the Redis connection, and the messaging machinery (broker supervision and
+//! topology, transactional outbox and relay, consumer loop with deduplication).
 
 pub mod amqp;
 pub mod background;
@@ -13,6 +14,7 @@ pub mod inbox;
 pub mod outbox;
 pub mod redis_conn;
 pub mod relay;
+pub mod retry;
 pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]

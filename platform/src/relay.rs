@@ -26,8 +26,9 @@ use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::amqp::{Broker, backoff};
+use crate::amqp::Broker;
 use crate::outbox::OutboxSignal;
+use crate::retry::backoff;
 
 pub const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES_TOTAL: &str = "outbox_publish_failures_total";
@@ -66,7 +67,7 @@ pub struct RelaySettings {
     /// First retry delay; doubles per attempt, with jitter, up to `max_backoff`.
     pub base_backoff: Duration,
     pub max_backoff: Duration,
-    /// Longest wait between runs when no notification arrives.
+    /// Longest wait between runs when no wake-up arrives.
     pub idle_poll: Duration,
     /// How long a publish may wait for the broker's confirm.
     pub confirm_timeout: Duration,

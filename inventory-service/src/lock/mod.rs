@@ -207,7 +207,8 @@ async fn acquire_one(
         if now >= deadline {
             return Ok(None);
         }
-        let pause = platform::amqp::backoff(attempt, BACKOFF_BASE, BACKOFF_CAP).min(deadline - now);
+        let pause =
+            platform::retry::backoff(attempt, BACKOFF_BASE, BACKOFF_CAP).min(deadline - now);
         attempt += 1;
         tokio::time::sleep(pause).await;
     }
