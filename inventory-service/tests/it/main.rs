@@ -3,6 +3,7 @@
 
 mod auth;
 mod concurrency;
+mod crash;
 mod deductions;
 mod helpers;
 mod lock;
