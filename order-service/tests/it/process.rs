@@ -1,10 +1,13 @@
-//! The real binary: configuration from the environment, database creation at start, and a
-//! clean exit on SIGTERM.
+//! The real binary: configuration from the environment, database creation at start, a clean
+//! exit on SIGTERM, and nothing lost to a `kill -9`.
 
-use std::process::{Command, Stdio};
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use platform::testing::{self, TestDatabase};
+use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost};
+use serde_json::Value;
+use shared::keys;
 use sqlx::Connection;
 
 use crate::helpers::eventually;
@@ -73,4 +76,104 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
         .execute(&mut admin)
         .await
         .expect("drop");
+}
+
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    probe.local_addr().expect("addr").port()
+}
+
+fn start(port: u16, db: &TestDatabase, vhost: &TestVhost, prefix: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_order-service"))
+        .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .env("DATABASE_URL", &db.url)
+        .env("REDIS_URL", testing::redis_url())
+        .env("REDIS_KEY_PREFIX", prefix)
+        .env("AMQP_URL", &vhost.url)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the binary")
+}
+
+#[tokio::test]
+async fn orders_committed_before_a_kill_9_are_all_published_after_the_restart() {
+    let db = TestDatabase::create("orders_kill", &order_service::MIGRATOR).await;
+    let vhost = TestVhost::create();
+    let prefix = testing::redis_prefix();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let mut first = start(port, &db, &vhost, &prefix);
+    eventually(Duration::from_secs(30), || async {
+        let response = client.get(format!("{base}/readyz")).send().await.ok()?;
+        response.status().is_success().then_some(())
+    })
+    .await;
+
+    // Orders arrive concurrently; the process dies while some are still being published.
+    let place = |_| async {
+        let token: Value = client
+            .post(format!("{base}/idempotency-tokens"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let order: Value = client
+            .post(format!("{base}/orders"))
+            .header("Idempotency-Key", token["token"].as_str()?)
+            .json(&serde_json::json!({"user_id": 1, "product_id": 1, "quantity": 1, "amount": 1}))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        order["order_id"].as_str().map(str::to_owned)
+    };
+    let placed: Vec<String> = futures_util::future::join_all((0..200).map(place))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    first.kill().expect("SIGKILL");
+    first.wait().expect("reaped");
+    let committed: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&db.pool)
+        .await
+        .expect("count");
+    assert_eq!(
+        committed,
+        placed.len() as i64,
+        "every 202 is a committed order"
+    );
+
+    let mut second = start(port, &db, &vhost, &prefix);
+    let probe = AmqpProbe::connect(&vhost.url).await;
+    let mut published = HashSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while published.len() < placed.len() && tokio::time::Instant::now() < deadline {
+        let batch = probe
+            .take(
+                keys::INVENTORY_ORDER_EVENTS_QUEUE,
+                500,
+                Duration::from_millis(200),
+            )
+            .await;
+        published.extend(
+            batch
+                .iter()
+                .filter_map(|m| m.body["payload"]["order_id"].as_str().map(str::to_owned)),
+        );
+    }
+    second.kill().expect("SIGKILL");
+    second.wait().expect("reaped");
+    let expected: HashSet<String> = placed.into_iter().collect();
+    assert_eq!(
+        published, expected,
+        "every committed order is published at least once"
+    );
 }
