@@ -5,6 +5,7 @@ mod auth;
 mod concurrency;
 mod crash;
 mod deductions;
+mod delivery_limit;
 mod helpers;
 mod lock;
 mod openapi;
