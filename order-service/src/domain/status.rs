@@ -43,10 +43,6 @@ impl OrderStatus {
             ) | (Self::Confirmed, Self::Cancelled)
         )
     }
-
-    pub fn is_terminal(self) -> bool {
-        self != Self::Pending
-    }
 }
 
 #[cfg(test)]
