@@ -1,8 +1,8 @@
 //! Wraps a service's router with the edge every request passes through.
 //!
-//! Outermost first: set `x-request-id` (kept from the client or generated) -> trace context
-//! -> tracing span -> metrics -> problem+json for any bare error -> timeout -> echo the
-//! request id. 404 and 405 answers, body limits and timeouts are all problem+json too.
+//! Outermost first: set `x-request-id` (kept from the client or generated) and echo it ->
+//! trace context -> tracing span -> metrics -> problem+json for any bare error -> panics as
+//! 500 -> timeout. 404 and 405 answers, body limits and timeouts are all problem+json too.
 
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use shared::Problem;
 use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -35,15 +36,21 @@ pub fn with_edge(router: Router, request_timeout: Duration) -> Router {
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+                // Right inside the layer that sets it, so every answer carries the id, even
+                // one a later layer produced (a timeout, a caught panic).
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID))
                 .layer(middleware::from_fn(trace_context))
                 .layer(TraceLayer::new_for_http().make_span_with(make_span))
                 .layer(middleware::from_fn(metrics::record))
                 .layer(middleware::from_fn(problem_for_bare_errors))
+                // A panicking handler answers 500 problem+json instead of dropping the connection.
+                .layer(CatchPanicLayer::custom(|_| {
+                    Problem::internal().into_response()
+                }))
                 .layer(TimeoutLayer::with_status_code(
                     StatusCode::SERVICE_UNAVAILABLE,
                     request_timeout,
-                ))
-                .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
+                )),
         )
 }
 
@@ -160,4 +167,67 @@ fn problem_for_status(status: StatusCode) -> Problem {
         _ => ("bad-request", "Bad request", "the request was refused"),
     };
     Problem::new(status, slug, title, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn boom() -> &'static str {
+        panic!("a bug in a handler")
+    }
+
+    async fn answer(router: Router, method: &str, uri: &str) -> (StatusCode, String, Vec<u8>) {
+        let request = axum::http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .unwrap_or_default();
+        let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            response.headers().contains_key(&REQUEST_ID),
+            "request id on {uri}"
+        );
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap_or_default();
+        (status, content_type, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn panics_unknown_routes_and_wrong_methods_are_problems_with_a_request_id() {
+        let app = || {
+            with_edge(
+                Router::new().route("/boom", get(boom)),
+                Duration::from_secs(5),
+            )
+        };
+        for (method, uri, status) in [
+            ("GET", "/boom", 500),
+            ("GET", "/nowhere", 404),
+            ("DELETE", "/boom", 405),
+        ] {
+            let (got, content_type, body) = answer(app(), method, uri).await;
+            assert_eq!(got.as_u16(), status, "{method} {uri}");
+            assert_eq!(content_type, shared::problem::CONTENT_TYPE);
+            let problem: Problem =
+                serde_json::from_slice(&body).unwrap_or_else(|_| Problem::internal());
+            assert_eq!(problem.status, status);
+            assert!(
+                !String::from_utf8_lossy(&body).contains("a bug in a handler"),
+                "no internals leak"
+            );
+        }
+    }
 }
