@@ -21,6 +21,14 @@ fn envelope(event_type: &str, payload: Value) -> (String, Vec<u8>) {
     (event_id, body.to_string().into_bytes())
 }
 
+/// Publishes an inventory event as inventory-service would (its type is its routing key).
+async fn send(probe: &platform::testing::AmqpProbe, event_type: &str, payload: Value) {
+    let (event_id, body) = envelope(event_type, payload);
+    probe
+        .publish(keys::INVENTORY_EXCHANGE, event_type, &body, Some(&event_id))
+        .await;
+}
+
 #[tokio::test]
 async fn a_new_order_is_published_persistent_with_its_id_and_trace() {
     let app = TestApp::spawn_with_broker(|_| {}).await;
@@ -95,18 +103,12 @@ async fn a_rejection_settles_the_order_with_its_reason() {
     let order = app.create_order(&order_body(1, 1001, 2)).await;
     let order_id = order["order_id"].as_str().expect("id");
     let probe = app.probe().await;
-    let (event_id, body) = envelope(
+    send(
+        &probe,
         "inventory.rejected",
         json!({"order_id": order_id, "reason": "insufficient_stock"}),
-    );
-    probe
-        .publish(
-            keys::INVENTORY_EXCHANGE,
-            "inventory.rejected",
-            &body,
-            Some(&event_id),
-        )
-        .await;
+    )
+    .await;
     app.wait_for_status(order_id, "REJECTED").await;
     let order: Value = app
         .get(&format!("/orders/{order_id}"))
@@ -139,18 +141,12 @@ async fn a_poison_message_is_dead_lettered_and_the_flow_goes_on() {
 
     let order = app.create_order(&order_body(1, 1001, 2)).await;
     let order_id = order["order_id"].as_str().expect("id");
-    let (event_id, body) = envelope(
+    send(
+        &probe,
         "inventory.reserved",
         json!({"order_id": order_id, "items": []}),
-    );
-    probe
-        .publish(
-            keys::INVENTORY_EXCHANGE,
-            "inventory.reserved",
-            &body,
-            Some(&event_id),
-        )
-        .await;
+    )
+    .await;
     app.wait_for_status(order_id, "CONFIRMED").await;
     assert_eq!(probe.ready(&dlq).await, 1);
 }
@@ -192,18 +188,12 @@ async fn a_reservation_for_a_cancelled_order_leaves_it_cancelled_and_asks_for_a_
     let order_id = order["order_id"].as_str().expect("id");
     assert_eq!(app.cancel(order_id).await.status(), 200);
     let probe = app.probe().await;
-    let (event_id, body) = envelope(
+    send(
+        &probe,
         "inventory.reserved",
         json!({"order_id": order_id, "items": order["items"]}),
-    );
-    probe
-        .publish(
-            keys::INVENTORY_EXCHANGE,
-            "inventory.reserved",
-            &body,
-            Some(&event_id),
-        )
-        .await;
+    )
+    .await;
 
     let messages = probe
         .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 3, WAIT)
