@@ -74,6 +74,9 @@ pub async fn place(
         Ok(response) => {
             if let Err(error) = state.tokens.complete(&token, &response).await {
                 tracing::warn!(%error, "could not cache the response in Redis; PostgreSQL has it");
+                // Do not leave the token "in flight": a retry then claims it, runs into the
+                // unique key in PostgreSQL and gets the stored response, instead of 409s.
+                state.tokens.release(&token, &fingerprint).await.ok();
             }
             metrics::counter!(crate::metrics::ORDER_TRANSITIONS_TOTAL, "to" => "PENDING")
                 .increment(1);

@@ -116,7 +116,10 @@ pub async fn deduct_all(
 /// Gives `items` back (a cancelled order's compensation). An increment cannot oversell, so
 /// it takes no lock; the version bump makes a concurrent deduction re-read and retry.
 pub async fn give_back(conn: &mut PgConnection, items: &[LineItem]) -> sqlx::Result<()> {
-    for item in items {
+    // Ascending product id, like every deduction, so two writers never deadlock on rows.
+    let mut sorted = items.to_vec();
+    sorted.sort_by_key(|item| item.product_id);
+    for item in &sorted {
         sqlx::query(
             "UPDATE products SET stock = stock + $2, version = version + 1, updated_at = now() \
              WHERE product_id = $1",

@@ -29,7 +29,7 @@ use crate::db;
 use crate::db::reservations::{Reservation, ReservationState};
 use crate::deduction::{AttemptError, Retry};
 use crate::domain::deduction::Outcome;
-use crate::lock::Locker;
+use crate::lock::{LockError, Locker};
 
 /// How long one delivery keeps retrying lost races before it is handed back to the broker.
 const RACE_BUDGET: Duration = Duration::from_secs(30);
@@ -86,7 +86,13 @@ impl OrderEvents {
         let mut retry = Retry::new(RACE_BUDGET);
         loop {
             match self.try_reserve(event_id, created, trace).await {
-                Err(error) if error.is_retryable() && retry.pause().await => {
+                // A busy lock is worth waiting for here too: a requeue would spend one of the
+                // message's few deliveries on contention rather than on a real failure.
+                Err(error)
+                    if (error.is_retryable()
+                        || matches!(error, AttemptError::Lock(LockError::Timeout(_))))
+                        && retry.pause().await =>
+                {
                     tracing::debug!(%error, order_id = %created.order_id, "retrying a reservation");
                 }
                 Err(error) => return Err(HandleError::Retry(anyhow::anyhow!("{error}"))),

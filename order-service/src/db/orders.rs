@@ -114,29 +114,25 @@ pub async fn set_status(
     .await
 }
 
-/// `PENDING` orders untouched for `older_than`, oldest first, for reconciliation. Locked
-/// with `SKIP LOCKED` so concurrent reconcilers (one per instance) split the work.
-pub async fn stale_pending(
+/// Claims up to `limit` `PENDING` orders that neither changed nor were reconciled for
+/// `older_than`, oldest first, by stamping `reconciled_at`: concurrent reconcilers (one per
+/// instance) skip them for a period, and no row stays locked while inventory is asked.
+pub async fn claim_stale_pending(
     conn: &mut PgConnection,
     older_than: std::time::Duration,
     limit: i64,
 ) -> sqlx::Result<Vec<OrderRow>> {
     sqlx::query_as(
-        "SELECT order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at \
-         FROM orders WHERE status = 'PENDING' AND updated_at < now() - make_interval(secs => $1) \
-         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+        "UPDATE orders SET reconciled_at = now() \
+         WHERE order_id IN ( \
+             SELECT order_id FROM orders \
+             WHERE status = 'PENDING' \
+               AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at)) < now() - make_interval(secs => $1) \
+             ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at",
     )
     .bind(older_than.as_secs_f64())
     .bind(limit)
     .fetch_all(conn)
     .await
-}
-
-/// Marks that reconciliation looked at the order now (so it waits another period).
-pub async fn touch(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<()> {
-    sqlx::query("UPDATE orders SET updated_at = now() WHERE order_id = $1")
-        .bind(order_id.0)
-        .execute(conn)
-        .await
-        .map(drop)
 }

@@ -60,18 +60,18 @@ pub async fn run(
     }
 }
 
-/// One round; returns how many orders it looked at.
+/// One round; returns how many orders it looked at. Inventory is asked with no transaction
+/// open; each answer is applied in a short transaction of its own.
 pub async fn reconcile_once(
     db: &PgPool,
     client: &reqwest::Client,
     settings: &ReconcileSettings,
 ) -> anyhow::Result<usize> {
-    let mut tx = db.begin().await?;
-    let stale = db::orders::stale_pending(&mut tx, settings.after, settings.batch).await?;
-    let mut transitions = Vec::new();
+    let stale =
+        db::orders::claim_stale_pending(&mut *db.acquire().await?, settings.after, settings.batch)
+            .await?;
     for order in &stale {
         let order_id = OrderId(order.order_id);
-        let trace = TraceContext::new_root();
         let url = format!(
             "{}/reservations/{}",
             settings.inventory_url.trim_end_matches('/'),
@@ -80,42 +80,36 @@ pub async fn reconcile_once(
         let response = match client.get(&url).send().await {
             Ok(response) => response,
             Err(error) => {
-                // Inventory is down: the events wait in the queue; try again next round.
+                // Inventory is down: the events wait in the queue; try again next period.
                 tracing::debug!(%error, "inventory unreachable during reconciliation");
                 break;
             }
         };
+        let trace = TraceContext::new_root();
         match response.status().as_u16() {
             200 => {
                 let reservation: Reservation = response.json().await?;
                 let verdict = match (reservation.state.as_str(), reservation.rejection_reason) {
-                    ("APPLIED", _) => Some(Verdict::Reserved),
-                    ("REJECTED", Some(reason)) => Some(Verdict::Rejected(reason)),
-                    _ => None,
-                };
-                match verdict {
-                    Some(verdict) => {
-                        tracing::info!(%order_id, ?verdict, "settled by reconciliation");
-                        transitions.extend(
-                            settle::apply_verdict(&mut tx, order_id, verdict, &trace).await?,
-                        );
-                    }
-                    None => {
+                    ("APPLIED", _) => Verdict::Reserved,
+                    ("REJECTED", Some(reason)) => Verdict::Rejected(reason),
+                    _ => {
                         tracing::warn!(%order_id, state = reservation.state, "pending order with a final reservation state");
-                        db::orders::touch(&mut tx, order_id).await?;
+                        continue;
                     }
-                }
+                };
+                tracing::info!(%order_id, ?verdict, "settled by reconciliation");
+                let mut tx = db.begin().await?;
+                let transition = settle::apply_verdict(&mut tx, order_id, verdict, &trace).await?;
+                tx.commit().await?;
+                transition.into_iter().for_each(settle::Transition::record);
             }
             404 => {
                 tracing::info!(%order_id, "inventory never saw this order; publishing it again");
-                republish(&mut tx, order, &trace).await?;
-                db::orders::touch(&mut tx, order_id).await?;
+                republish(&mut *db.acquire().await?, order, &trace).await?;
             }
             status => tracing::warn!(%order_id, status, "unexpected answer from inventory"),
         }
     }
-    tx.commit().await?;
-    transitions.into_iter().for_each(settle::Transition::record);
     Ok(stale.len())
 }
 
