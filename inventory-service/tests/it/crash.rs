@@ -1,5 +1,6 @@
-//! `kill -9` of the real binary in the middle of a stream of orders: after a restart every
-//! order is handled exactly once, and the stock adds up (SPEC §4.3, invariants 1, 2 and 5).
+//! The real binary, killed (`kill -9`) or paused (`SIGSTOP`, past its locks' TTL) in the
+//! middle of a stream of orders: every order is still handled exactly once, and the stock adds
+//! up (SPEC §4.3, invariants 1, 2 and 5).
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -9,8 +10,12 @@ use serde_json::json;
 use shared::keys;
 use uuid::Uuid;
 
-fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str) -> Child {
+const STOCK: i64 = 150;
+const ORDERS: i64 = 600;
+
+fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_inventory-service"))
+        .envs(env.iter().copied())
         .env("HTTP_ADDR", "127.0.0.1:0")
         .env("DATABASE_URL", &db.url)
         .env("REDIS_URL", testing::redis_url())
@@ -23,6 +28,14 @@ fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str) -> Child {
         .expect("the binary starts")
 }
 
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{name}");
+}
+
 async fn count(db: &TestDatabase, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql)
         .fetch_one(&db.pool)
@@ -30,20 +43,23 @@ async fn count(db: &TestDatabase, sql: &'static str) -> i64 {
         .expect("count")
 }
 
-#[tokio::test]
-async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
+async fn processed(db: &TestDatabase) -> i64 {
+    count(db, "SELECT count(*) FROM processed_messages").await
+}
+
+/// A product with [`STOCK`] units and [`ORDERS`] one-unit orders for it already queued, as
+/// order-service would have published them.
+async fn stream_of_orders(name: &str) -> (TestDatabase, TestVhost, AmqpProbe) {
     testing::init_logs();
-    let db = TestDatabase::create("inventory_crash", &inventory_service::MIGRATOR).await;
+    let db = TestDatabase::create(name, &inventory_service::MIGRATOR).await;
     let vhost = TestVhost::create();
-    let prefix = testing::redis_prefix();
-    let (stock, orders) = (150_i64, 600_i64);
-    sqlx::query("INSERT INTO products (product_id, name, stock) VALUES (1, 'Crash-tested', $1)")
-        .bind(stock)
+    sqlx::query("INSERT INTO products (product_id, name, stock) VALUES (1, 'Under test', $1)")
+        .bind(STOCK)
         .execute(&db.pool)
         .await
         .expect("product");
     let probe = AmqpProbe::connect(&vhost.url).await;
-    for _ in 0..orders {
+    for _ in 0..ORDERS {
         let event_id = Uuid::now_v7().to_string();
         let body = json!({"event_id": event_id, "version": 1, "occurred_at": chrono::Utc::now(),
             "event_type": "order.created", "payload": {"order_id": Uuid::now_v7(), "user_id": 1,
@@ -57,58 +73,98 @@ async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
             )
             .await;
     }
+    (db, vhost, probe)
+}
 
-    let mut first = start(&db, &vhost, &prefix);
+/// One verdict per order, stock consumed exactly by the applied ones, nothing dead-lettered.
+async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe) {
+    let applied = count(
+        db,
+        "SELECT count(*) FROM reservations WHERE state = 'APPLIED'",
+    )
+    .await;
+    let rejected = count(
+        db,
+        "SELECT count(*) FROM reservations WHERE state = 'REJECTED'",
+    )
+    .await;
+    let remaining = count(db, "SELECT stock FROM products WHERE product_id = 1").await;
+    assert_eq!(
+        (applied, rejected),
+        (STOCK, ORDERS - STOCK),
+        "one verdict per order"
+    );
+    assert_eq!(remaining, 0, "initial stock − final stock = units applied");
+    let verdicts = count(
+        db,
+        "SELECT count(*) FROM outbox WHERE routing_key LIKE 'inventory.%'",
+    )
+    .await;
+    assert_eq!(
+        verdicts, ORDERS,
+        "one event per order, none lost, none doubled"
+    );
+    let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
+    assert_eq!(probe.ready(&dlq).await, 0);
+}
+
+#[tokio::test]
+async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
+    let (db, vhost, probe) = stream_of_orders("inventory_crash").await;
+    let prefix = testing::redis_prefix();
+    let mut first = start(&db, &vhost, &prefix, &[]);
     eventually(Duration::from_secs(60), || async {
-        (count(&db, "SELECT count(*) FROM processed_messages").await >= 50).then_some(())
+        (processed(&db).await >= 50).then_some(())
     })
     .await;
     first.kill().expect("SIGKILL");
     first.wait().expect("reaped");
-    let handled_before_restart = count(&db, "SELECT count(*) FROM processed_messages").await;
+    let handled_before_restart = processed(&db).await;
 
-    let mut second = start(&db, &vhost, &prefix);
+    let mut second = start(&db, &vhost, &prefix, &[]);
     eventually(Duration::from_secs(120), || async {
-        (count(&db, "SELECT count(*) FROM processed_messages").await == orders).then_some(())
+        (processed(&db).await == ORDERS).then_some(())
     })
     .await;
     second.kill().expect("SIGKILL");
     second.wait().expect("reaped");
 
     assert!(
-        handled_before_restart < orders,
+        handled_before_restart < ORDERS,
         "the kill landed mid-stream"
     );
-    let applied = count(
-        &db,
-        "SELECT count(*) FROM reservations WHERE state = 'APPLIED'",
-    )
+    assert_every_order_handled_once(&db, &probe).await;
+}
+
+#[tokio::test]
+async fn an_instance_paused_past_its_lock_ttl_cannot_oversell_or_double_apply() {
+    let (db, vhost, probe) = stream_of_orders("inventory_pause").await;
+    let prefix = testing::redis_prefix();
+    // Short locks, so the pause outlives them; both instances consume the same queue.
+    let short_locks = [("LOCK_TTL_MS", "300")];
+    let mut paused = start(&db, &vhost, &prefix, &short_locks);
+    let mut other = start(&db, &vhost, &prefix, &short_locks);
+    eventually(Duration::from_secs(60), || async {
+        (processed(&db).await >= 50).then_some(())
+    })
     .await;
-    let rejected = count(
-        &db,
-        "SELECT count(*) FROM reservations WHERE state = 'REJECTED'",
-    )
+
+    signal(&paused, "STOP");
+    // The other instance goes on, taking over expired locks, while this one is frozen.
+    let at_pause = processed(&db).await;
+    eventually(Duration::from_secs(60), || async {
+        (processed(&db).await >= (at_pause + 100).min(ORDERS)).then_some(())
+    })
     .await;
-    let remaining = count(&db, "SELECT stock FROM products WHERE product_id = 1").await;
-    assert_eq!(
-        (applied, rejected),
-        (stock, orders - stock),
-        "one verdict per order"
-    );
-    assert_eq!(remaining, 0, "initial stock − final stock = units applied");
-    let verdicts = count(
-        &db,
-        "SELECT count(*) FROM outbox WHERE routing_key LIKE 'inventory.%'",
-    )
+    signal(&paused, "CONT");
+
+    eventually(Duration::from_secs(120), || async {
+        (processed(&db).await == ORDERS).then_some(())
+    })
     .await;
-    assert_eq!(
-        verdicts, orders,
-        "one event per order, none lost, none doubled"
-    );
-    assert_eq!(
-        probe
-            .ready(&keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE))
-            .await,
-        0
-    );
+    for child in [&mut paused, &mut other] {
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+    assert_every_order_handled_once(&db, &probe).await;
 }
