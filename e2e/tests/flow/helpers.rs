@@ -184,6 +184,11 @@ impl Stack {
 
     /// Takes a token and places an order; returns the order JSON.
     pub async fn place(&self, items: Value) -> Value {
+        self.place_with_trace(items, None).await
+    }
+
+    /// [`Stack::place`], optionally continuing the client's W3C `traceparent`.
+    pub async fn place_with_trace(&self, items: Value, traceparent: Option<&str>) -> Value {
         let token: Value = self
             .client
             .post(self.order_url("/idempotency-tokens"))
@@ -193,14 +198,15 @@ impl Stack {
             .json()
             .await
             .expect("json");
-        let response = self
+        let mut request = self
             .client
             .post(self.order_url("/orders"))
             .header("Idempotency-Key", token["token"].as_str().expect("token"))
-            .json(&json!({"user_id": 1, "items": items, "amount": "9.99"}))
-            .send()
-            .await
-            .expect("order");
+            .json(&json!({"user_id": 1, "items": items, "amount": "9.99"}));
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        let response = request.send().await.expect("order");
         assert_eq!(response.status(), StatusCode::ACCEPTED);
         response.json().await.expect("json")
     }

@@ -241,27 +241,13 @@ async fn one_trace_id_follows_an_order_across_both_services() {
     let stack = Stack::spawn().await;
     stack.create_product(1001, 10).await;
     let trace_id = "0af7651916cd43dd8448eb211c80319c";
-    let token: serde_json::Value = stack
-        .client
-        .post(stack.order_url("/idempotency-tokens"))
-        .send()
-        .await
-        .expect("token")
-        .json()
-        .await
-        .expect("json");
-    let order: serde_json::Value = stack
-        .client
-        .post(stack.order_url("/orders"))
-        .header("Idempotency-Key", token["token"].as_str().expect("token"))
-        .header("traceparent", format!("00-{trace_id}-b7ad6b7169203331-01"))
-        .json(&json!({"user_id": 1, "items": [{"product_id": 1001, "quantity": 1}], "amount": 1}))
-        .send()
-        .await
-        .expect("order")
-        .json()
-        .await
-        .expect("json");
+    let traceparent = format!("00-{trace_id}-b7ad6b7169203331-01");
+    let order = stack
+        .place_with_trace(
+            json!([{"product_id": 1001, "quantity": 1}]),
+            Some(&traceparent),
+        )
+        .await;
     assert_eq!(stack.settled(&id(&order)).await["status"], "CONFIRMED");
     // inventory.reserved was written by inventory-service while handling order.created:
     // its headers continue the trace the client started at order-service.
