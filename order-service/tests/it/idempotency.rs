@@ -214,3 +214,25 @@ async fn a_claim_left_by_a_crashed_request_goes_stale_and_the_token_works_again(
     let busy = app.post_order(&other, &order_body(1, 1001, 1)).await;
     assert_problem(busy, 422, "idempotency-key-reused").await;
 }
+
+#[tokio::test]
+async fn the_same_request_while_the_first_is_in_flight_gets_409_with_retry_after() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let body = order_body(1, 1001, 1);
+    // The state a first request with this body holds while it is being created.
+    let fingerprint = order_service::domain::fingerprint::of_json(&body);
+    let in_flight = format!(
+        "inflight:{fingerprint}:{}",
+        chrono::Utc::now().timestamp_millis()
+    );
+    app.set_token_state(&token, &in_flight).await;
+
+    let response = app.post_order(&token, &body).await;
+    assert_eq!(
+        response.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    assert_problem(response, 409, "request-in-progress").await;
+    assert_eq!(app.count("orders").await, 0);
+}
