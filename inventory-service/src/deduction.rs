@@ -1,6 +1,6 @@
 //! `POST /deductions` end to end, and the retry policy shared by everything that deducts.
 //!
-//! One attempt is the sequence the message consumer will reuse:
+//! One attempt is the sequence the message consumer reuses:
 //! ```text
 //! let locks = locker.acquire_all(&product_ids).await?;   // ascending ids; may be bypassed
 //! let mut tx = pool.begin().await?;
@@ -10,6 +10,10 @@
 //! tx.commit().await?;
 //! locks.release().await;
 //! ```
+//! A first request for one item the stock covers skips that transaction: the update and the
+//! stored outcome go in one statement ([`crate::db::one_statement`]), which keeps a hot
+//! product's lock short.
+//!
 //! A lost lock or a row that kept changing makes the attempt roll back; [`Retry`] spaces the
 //! next one out with jitter and gives up (503 `busy`) after a bounded number or time.
 
@@ -24,6 +28,7 @@ use utoipa::ToSchema;
 
 use crate::db;
 use crate::db::deductions::{NewDeduction, StoredDeduction};
+use crate::db::one_statement::Attempt;
 use crate::db::stock::StockError;
 use crate::domain::deduction::{DeductionRequest, Outcome};
 use crate::error::ApiError;
@@ -157,9 +162,38 @@ async fn attempt(
         .locker
         .acquire_all(&request.items.product_ids())
         .await?;
-    let result = deduct_and_record(state, request, &locks).await;
+    let result = match deduct_in_one_statement(state, request, &locks).await {
+        Ok(Some(response)) => Ok(response),
+        Ok(None) => deduct_and_record(state, request, &locks).await,
+        Err(error) => Err(error),
+    };
     locks.release().await;
     result
+}
+
+/// The common case, a first request for one item that the stock covers, in one statement
+/// ([`db::one_statement::deduct`]); `None` when that wrote nothing and the general path decides.
+async fn deduct_in_one_statement(
+    state: &AppState,
+    request: &DeductionRequest,
+    locks: &Locks,
+) -> Result<Option<StoredResponse>, AttemptError> {
+    let [item] = request.items.as_slice() else {
+        return Ok(None);
+    };
+    let response = first_response(request, Outcome::Applied)?;
+    let fingerprint = request.items.fingerprint();
+    let deduction = recorded_as(request, &fingerprint, Outcome::Applied, &response);
+    // The statement commits as it runs, so this is the last moment to check.
+    locks.ensure_held()?;
+    let mut conn = state.db.acquire().await?;
+    match db::one_statement::deduct(&mut conn, *item, &deduction).await? {
+        Attempt::Done => {
+            metrics::deduction("applied");
+            Ok(Some(response))
+        }
+        Attempt::NotTaken => Ok(None),
+    }
 }
 
 async fn deduct_and_record(
@@ -170,23 +204,9 @@ async fn deduct_and_record(
     let mut tx = state.db.begin().await?;
     let outcome = db::stock::deduct_all(&mut tx, request.items.as_slice()).await?;
     let response = first_response(request, outcome)?;
-    let (status, rejection_reason) = match outcome {
-        Outcome::Applied => ("APPLIED", None),
-        Outcome::Rejected { reason, .. } => ("REJECTED", Some(reason.as_str())),
-    };
-    let recorded = db::deductions::insert(
-        &mut tx,
-        &NewDeduction {
-            deduction_id: request.id.as_str(),
-            fingerprint: &request.items.fingerprint(),
-            items: request.items.canonical_json(),
-            status,
-            rejection_reason,
-            response_status: response.status.as_u16(),
-            response_body: &response.body,
-        },
-    )
-    .await?;
+    let fingerprint = request.items.fingerprint();
+    let deduction = recorded_as(request, &fingerprint, outcome, &response);
+    let recorded = db::deductions::insert(&mut tx, &deduction).await?;
     if !recorded {
         // A concurrent first request with this id committed first; ours changes nothing.
         tx.rollback().await?;
@@ -199,8 +219,30 @@ async fn deduct_and_record(
     }
     locks.ensure_held()?;
     tx.commit().await?;
-    metrics::deduction(rejection_reason.unwrap_or("applied"));
+    metrics::deduction(deduction.rejection_reason.unwrap_or("applied"));
     Ok(response)
+}
+
+/// The row that keeps a deduction's first outcome.
+fn recorded_as<'a>(
+    request: &'a DeductionRequest,
+    fingerprint: &'a str,
+    outcome: Outcome,
+    response: &'a StoredResponse,
+) -> NewDeduction<'a> {
+    let (status, rejection_reason) = match outcome {
+        Outcome::Applied => ("APPLIED", None),
+        Outcome::Rejected { reason, .. } => ("REJECTED", Some(reason.as_str())),
+    };
+    NewDeduction {
+        deduction_id: request.id.as_str(),
+        fingerprint,
+        items: request.items.canonical_json(),
+        status,
+        rejection_reason,
+        response_status: response.status.as_u16(),
+        response_body: &response.body,
+    }
 }
 
 /// The response the first request with this id gets, as it will be stored.

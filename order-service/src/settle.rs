@@ -8,6 +8,7 @@ use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
 use shared::ids::OrderId;
 use shared::keys;
 use sqlx::PgConnection;
+use uuid::Uuid;
 
 use crate::db;
 use crate::db::orders::OrderRow;
@@ -46,6 +47,34 @@ impl Transition {
     }
 }
 
+/// The fast path for a first verdict on a `PENDING` order: settles it and records the
+/// message id in one statement. `None` when that did not apply (the order left `PENDING`, or
+/// the message was seen before); then nothing was written and the caller goes on with
+/// [`apply_verdict`] inside its own transaction.
+pub async fn apply_first_verdict(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    verdict: Verdict,
+    message_id: Uuid,
+    kind: &str,
+) -> sqlx::Result<Option<Transition>> {
+    let (to, reason) = target(verdict);
+    match db::orders::settle_pending_recording(conn, order_id, to, reason, message_id, kind).await {
+        Ok(row) => Ok(row.map(|row| Transition::from_row(&row, OrderStatus::Pending))),
+        Err(sqlx::Error::Database(e)) if e.constraint() == Some(db::orders::MESSAGE_ID_KEY) => {
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+fn target(verdict: Verdict) -> (OrderStatus, Option<RejectionReason>) {
+    match verdict {
+        Verdict::Reserved => (OrderStatus::Confirmed, None),
+        Verdict::Rejected(reason) => (OrderStatus::Rejected, Some(reason)),
+    }
+}
+
 /// Applies inventory's verdict to a `PENDING` order. A verdict for an order that already
 /// left `PENDING` changes nothing — except that stock reserved for a cancelled order is
 /// asked back with another `order.cancelled` (inventory releases at most once).
@@ -55,10 +84,7 @@ pub async fn apply_verdict(
     verdict: Verdict,
     trace: &TraceContext,
 ) -> sqlx::Result<Option<Transition>> {
-    let (to, reason) = match verdict {
-        Verdict::Reserved => (OrderStatus::Confirmed, None),
-        Verdict::Rejected(reason) => (OrderStatus::Rejected, Some(reason)),
-    };
+    let (to, reason) = target(verdict);
     if let Some(row) = db::orders::settle_pending(conn, order_id, to, reason).await? {
         return Ok(Some(Transition::from_row(&row, OrderStatus::Pending)));
     }

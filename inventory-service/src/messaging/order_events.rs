@@ -5,6 +5,10 @@
 //! serialise on the order, record the message id, deduct every item with the conditional
 //! update (all or nothing), store the reservation and write `inventory.reserved` or
 //! `inventory.rejected` to the outbox; check the locks were never lost; commit.
+//! The common cases (first message, one item or a plain shortfall) do all of it in one
+//! statement instead ([`db::one_statement`]); the order's primary key in `reservations` then
+//! does the advisory lock's job: a cancellation's tombstone and a reservation cannot both be
+//! written, and whichever loses fails and is retried, to see the other.
 //!
 //! `order.cancelled`: in one transaction serialise on the order and record the message id;
 //! stock deducted for the order is given back once (`RELEASED`, `inventory.released`); an
@@ -15,21 +19,22 @@ use std::time::Duration;
 
 use platform::consumer::{HandleError, Handled, Handler, Message};
 use platform::http::TraceContext;
-use platform::outbox::OutboxSignal;
+use platform::outbox::{NewOutboxRow, OutboxSignal};
 use shared::events::{
-    Envelope, InventoryEvent, LineItem, OrderCancelled, OrderCreated, OrderEvent, StockRejected,
-    StockReleased, StockReserved,
+    Envelope, InventoryEvent, LineItem, OrderCancelled, OrderCreated, OrderEvent, RejectionReason,
+    StockRejected, StockReleased, StockReserved,
 };
-use shared::ids::OrderId;
+use shared::ids::{OrderId, ProductId};
 use shared::keys;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::db;
+use crate::db::one_statement::Attempt;
 use crate::db::reservations::{Reservation, ReservationState};
 use crate::deduction::{AttemptError, Retry};
 use crate::domain::deduction::Outcome;
-use crate::lock::{LockError, Locker};
+use crate::lock::{LockError, Locker, Locks};
 
 /// How long one delivery keeps retrying lost races before it is handed back to the broker.
 const RACE_BUDGET: Duration = Duration::from_secs(30);
@@ -120,6 +125,13 @@ impl OrderEvents {
             }
         };
         let result = async {
+            let first = self
+                .in_one_statement(event_id, created, shortfall, locks.as_ref(), trace)
+                .await?;
+            if let Some(handled) = first {
+                self.outbox.wake();
+                return Ok(handled);
+            }
             let mut tx = self.db.begin().await?;
             db::reservations::lock_order(&mut tx, created.order_id).await?;
             if !platform::inbox::record_once(&mut tx, event_id, keys::ORDER_CREATED).await? {
@@ -149,6 +161,63 @@ impl OrderEvents {
             locks.release().await;
         }
         result
+    }
+
+    /// The first creation message of an order with one item, or one the stock plainly cannot
+    /// cover, in one statement ([`db::one_statement`]). `None` when that wrote nothing (the
+    /// message or the order was seen before, the stock moved): then the general path decides.
+    async fn in_one_statement(
+        &self,
+        event_id: Uuid,
+        created: &OrderCreated,
+        shortfall: Option<(RejectionReason, ProductId)>,
+        locks: Option<&Locks>,
+        trace: &TraceContext,
+    ) -> Result<Option<Handled>, AttemptError> {
+        let order_id = created.order_id;
+        let mut conn = self.db.acquire().await?;
+        let attempt = match (shortfall, created.items.as_slice()) {
+            (Some((reason, _)), items) => {
+                let event = outbox_row(
+                    InventoryEvent::Rejected(StockRejected { order_id, reason }),
+                    trace,
+                )?;
+                db::one_statement::reject(
+                    &mut conn,
+                    order_id,
+                    items,
+                    reason,
+                    event_id,
+                    keys::ORDER_CREATED,
+                    event,
+                )
+                .await?
+            }
+            (None, [item]) => {
+                let event = outbox_row(
+                    InventoryEvent::Reserved(StockReserved {
+                        order_id,
+                        items: vec![*item],
+                    }),
+                    trace,
+                )?;
+                // The statement commits as it runs, so this is the last moment to check.
+                if let Some(locks) = locks {
+                    locks.ensure_held()?;
+                }
+                db::one_statement::reserve(
+                    &mut conn,
+                    order_id,
+                    *item,
+                    event_id,
+                    keys::ORDER_CREATED,
+                    event,
+                )
+                .await?
+            }
+            (None, _) => return Ok(None),
+        };
+        Ok((attempt == Attempt::Done).then_some(Handled::Applied))
     }
 
     async fn release(
@@ -240,4 +309,9 @@ async fn publish(
     trace: &TraceContext,
 ) -> sqlx::Result<()> {
     platform::outbox::enqueue(conn, keys::INVENTORY_EXCHANGE, &Envelope::new(event), trace).await
+}
+
+fn outbox_row(event: InventoryEvent, trace: &TraceContext) -> sqlx::Result<NewOutboxRow> {
+    NewOutboxRow::new(keys::INVENTORY_EXCHANGE, &Envelope::new(event), trace)
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))
 }

@@ -85,6 +85,41 @@ pub async fn settle_pending(
     .await
 }
 
+/// The common case of an inventory verdict in one statement (one round trip, one implicit
+/// transaction): moves a `PENDING` order to `to` and records `message_id` together. `None`
+/// when the order was not `PENDING` — nothing was written, and the caller takes the general
+/// path. A message id already recorded fails the whole statement on the primary key of
+/// `processed_messages` ([`MESSAGE_ID_KEY`]), so a duplicate can never settle an order.
+pub async fn settle_pending_recording(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    to: OrderStatus,
+    reason: Option<RejectionReason>,
+    message_id: Uuid,
+    kind: &str,
+) -> sqlx::Result<Option<OrderRow>> {
+    sqlx::query_as(
+        "WITH settled AS ( \
+             UPDATE orders SET status = $2, rejection_reason = $3, updated_at = now() \
+             WHERE order_id = $1 AND status = 'PENDING' \
+             RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at \
+         ), recorded AS ( \
+             INSERT INTO processed_messages (message_id, kind) SELECT $4, $5 FROM settled \
+         ) \
+         SELECT * FROM settled",
+    )
+    .bind(order_id.0)
+    .bind(to.as_str())
+    .bind(reason.map(RejectionReason::as_str))
+    .bind(message_id)
+    .bind(kind)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The primary key of `processed_messages`.
+pub const MESSAGE_ID_KEY: &str = "processed_messages_pkey";
+
 /// The order, locked until the transaction ends (for a status change decided in code).
 pub async fn find_for_update(
     conn: &mut PgConnection,
