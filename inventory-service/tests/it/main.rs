@@ -8,6 +8,7 @@ mod deductions;
 mod delivery_limit;
 mod helpers;
 mod lock;
+mod one_statement;
 mod openapi;
 mod operations;
 mod products;
