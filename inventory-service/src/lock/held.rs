@@ -56,6 +56,9 @@ pub struct Locks {
     /// Stops the watchdog when dropped.
     watchdog: Option<DropGuard>,
     released: bool,
+    /// How many holders before this one each lease passed through (see [`super::local`]).
+    hand_overs: Vec<u32>,
+    ttl: Duration,
     /// This process's turn on the products; declared last, so it passes on only after the
     /// keys were released (fields drop in declaration order).
     turns: super::local::Turns,
@@ -103,6 +106,8 @@ impl Locks {
             state,
             watchdog,
             released: false,
+            hand_overs: Vec::new(),
+            ttl: options.ttl,
             turns: Vec::new(),
         }
     }
@@ -118,12 +123,15 @@ impl Locks {
             }),
             watchdog: None,
             released: true,
+            hand_overs: Vec::new(),
+            ttl: Duration::ZERO,
             turns: Vec::new(),
         }
     }
 
-    pub(super) fn with_turns(mut self, turns: super::local::Turns) -> Self {
+    pub(super) fn with_turns(mut self, turns: super::local::Turns, hand_overs: Vec<u32>) -> Self {
         self.turns = turns;
+        self.hand_overs = hand_overs;
         self
     }
 
@@ -161,14 +169,33 @@ impl Locks {
         Err(LockError::Lost)
     }
 
-    /// Stops renewing and deletes every key still ours (best effort: a key that cannot be
-    /// deleted expires by itself).
+    /// Stops renewing, leaves each key to the next holder of this process when one waits
+    /// for it (see [`super::local`]), and deletes the others while they are still ours (best
+    /// effort: a key that cannot be deleted expires by itself).
     pub async fn release(mut self) {
         drop(self.watchdog.take());
-        if let Some(mut conn) = self.conn.clone() {
-            release_all(&mut conn, &self.leases).await;
-        }
         self.released = true;
+        let Some(mut conn) = self.conn.clone() else {
+            return;
+        };
+        let leases = std::mem::take(&mut self.leases);
+        // A lost lock is not ours to pass on.
+        if self.state.lost.is_cancelled() || leases.len() != self.turns.len() {
+            release_all(&mut conn, &leases).await;
+            return;
+        }
+        let valid_until = self.state.valid_until();
+        let mut to_delete = Vec::new();
+        for ((lease, turn), times) in leases
+            .into_iter()
+            .zip(&mut self.turns)
+            .zip(&self.hand_overs)
+        {
+            if let Some(lease) = turn.hand_over(lease, &conn, valid_until, *times, self.ttl) {
+                to_delete.push(lease);
+            }
+        }
+        release_all(&mut conn, &to_delete).await;
     }
 }
 

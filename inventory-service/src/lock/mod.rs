@@ -8,8 +8,12 @@
 //! How a lock works:
 //! - **Queue locally first**: tasks of this process wanting the same product wait in a FIFO
 //!   ([`local`]), so only one of them at a time asks Redis and hand-overs have no backoff gap.
+//!   A holder that leaves while another local task waits leaves it the key as it is (while
+//!   the key is young, at most [`local::MAX_HAND_OVERS`] times in a row), which saves the
+//!   next holder the delete and the set: on a hot product, two Redis round trips fewer in
+//!   the section every holder waits for.
 //! - **Acquire**: `SET <key> <token> NX PX <ttl>` with a fresh random token (UUID v4) for
-//!   each key of each acquisition, retried with jittered exponential backoff until a deadline
+//!   each key taken from Redis, retried with jittered exponential backoff until a deadline
 //!   ([`LockError::Timeout`]). Several products are locked in ascending product id, each id
 //!   once, so two deductions never wait on each other in a cycle.
 //! - **Release**: a Lua compare-and-delete, so a holder whose lock expired never deletes the
@@ -136,20 +140,35 @@ impl Locker {
         ids.dedup();
         let started = Instant::now();
         let deadline = started + inner.options.wait;
-        let Some(turns) = inner.local.enter(&ids, deadline).await else {
+        let Some(mut turns) = inner.local.enter(&ids, deadline).await else {
             metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
             return Err(LockError::Timeout(inner.options.wait));
         };
+        let ttl = inner.options.ttl;
         let mut conn = inner.redis.clone();
         let mut leases = Vec::with_capacity(ids.len());
-        let mut valid_until = None;
-        for id in ids {
+        let mut hand_overs = Vec::with_capacity(ids.len());
+        let mut valid_until: Option<Instant> = None;
+        for (id, turn) in ids.into_iter().zip(turns.iter_mut()) {
+            if let Some(kept) = turn.take_kept() {
+                let fit = kept.usable(ttl);
+                if let Some((lease, until, times)) = kept.take() {
+                    if fit {
+                        valid_until = Some(valid_until.map_or(until, |v| v.min(until)));
+                        leases.push(lease);
+                        hand_overs.push(times);
+                        continue;
+                    }
+                    release_all(&mut conn, &[lease]).await;
+                }
+            }
             let lease = Lease::new(inner.keys.product_lock(id));
-            match acquire_one(&mut conn, &lease, inner.options.ttl, deadline).await {
+            match acquire_one(&mut conn, &lease, ttl, deadline).await {
                 Ok(Some(sent_at)) => {
-                    // The first lock taken expires first.
-                    valid_until.get_or_insert(sent_at + inner.options.ttl);
+                    let until = sent_at + ttl;
+                    valid_until = Some(valid_until.map_or(until, |v| v.min(until)));
                     leases.push(lease);
+                    hand_overs.push(0);
                 }
                 Ok(None) => {
                     release_all(&mut conn, &leases).await;
@@ -160,7 +179,7 @@ impl Locker {
                     // The failed SET may still have landed (a lost reply): free that key too.
                     leases.push(lease);
                     release_all(&mut conn, &leases).await;
-                    return Ok(self.bypass(&error).with_turns(turns));
+                    return Ok(self.bypass(&error).with_turns(turns, Vec::new()));
                 }
             }
         }
@@ -171,10 +190,10 @@ impl Locker {
         Ok(Locks::held(
             conn,
             leases,
-            valid_until.unwrap_or(started + inner.options.ttl),
+            valid_until.unwrap_or(started + ttl),
             inner.options,
         )
-        .with_turns(turns))
+        .with_turns(turns, hand_overs))
     }
 
     fn bypass(&self, error: &redis::RedisError) -> Locks {

@@ -260,3 +260,67 @@ async fn with_redis_unreachable_the_lock_is_bypassed_not_failed() {
         locks.release().await;
     }
 }
+
+#[tokio::test]
+async fn a_holder_leaves_its_key_to_the_next_local_holder_and_the_last_one_deletes_it() {
+    let locker = locker(options(10_000, 5_000, true));
+    let mut conn = redis();
+    let key = locker.key(ProductId(9));
+    let first = locker.acquire(ProductId(9)).await.expect("the lock");
+    let token = first.tokens().next().expect("one token").to_owned();
+
+    let next = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.acquire(ProductId(9)).await.expect("the lock") }
+    });
+    // The second task queues behind the first before the first lets go (on this
+    // single-threaded test runtime it runs as soon as this task sleeps).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    first.release().await;
+    let second = next.await.expect("the task finishes");
+    assert_eq!(
+        second.tokens().next(),
+        Some(token.as_str()),
+        "the waiting holder got the key as it was, without deleting and setting it again"
+    );
+    assert_eq!(
+        holder_of(&mut conn, &key).await.as_deref(),
+        Some(token.as_str())
+    );
+    assert!(second.ensure_held().is_ok());
+
+    // Nobody waits now: the key is deleted, and the next holder sets a new one.
+    second.release().await;
+    assert_eq!(holder_of(&mut conn, &key).await, None);
+    let third = locker.acquire(ProductId(9)).await.expect("the lock");
+    assert_ne!(third.tokens().next(), Some(token.as_str()));
+    third.release().await;
+}
+
+#[tokio::test]
+async fn a_key_is_set_afresh_after_a_run_of_hand_overs() {
+    let locker = locker(options(10_000, 5_000, true));
+    let mut held = locker.acquire(ProductId(11)).await.expect("the lock");
+    let mut tokens = vec![held.tokens().next().expect("a token").to_owned()];
+    for _ in 0..40 {
+        let next = tokio::spawn({
+            let locker = locker.clone();
+            async move { locker.acquire(ProductId(11)).await.expect("the lock") }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        held.release().await;
+        held = next.await.expect("the task finishes");
+        tokens.push(held.tokens().next().expect("a token").to_owned());
+    }
+    held.release().await;
+    tokens.dedup();
+    assert!(
+        tokens.len() >= 2,
+        "41 holders in a row cannot all have used one key: {}",
+        tokens.len()
+    );
+    assert!(
+        tokens.len() < 41,
+        "a waiting holder reuses the key it was left"
+    );
+}
