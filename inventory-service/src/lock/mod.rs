@@ -134,16 +134,40 @@ impl Locker {
     /// busy past the deadline. When Redis fails, returns [`Locks`] that hold nothing
     /// ([`Locks::is_bypassed`]): the caller proceeds and relies on the conditional update.
     pub async fn acquire_all(&self, products: &[ProductId]) -> Result<Locks, LockError> {
-        let inner = &self.inner;
-        let mut ids = products.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
+        let ids = sorted_unique(products);
         let started = Instant::now();
-        let deadline = started + inner.options.wait;
-        let Some(mut turns) = inner.local.enter(&ids, deadline).await else {
+        let deadline = started + self.inner.options.wait;
+        let Some(turns) = self.inner.local.enter(&ids, deadline).await else {
             metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
-            return Err(LockError::Timeout(inner.options.wait));
+            return Err(LockError::Timeout(self.inner.options.wait));
         };
+        self.take_keys(ids, turns, started, deadline).await
+    }
+
+    /// [`Locker::acquire_all`], but only if no other task of this process holds or awaits
+    /// any of the products; `None` (nothing taken) otherwise. For callers that would rather
+    /// do something cheaper than queue, such as checking the stock is worth queueing for.
+    pub async fn acquire_all_if_idle(
+        &self,
+        products: &[ProductId],
+    ) -> Option<Result<Locks, LockError>> {
+        let ids = sorted_unique(products);
+        let turns = self.inner.local.try_enter(&ids)?;
+        let started = Instant::now();
+        let deadline = started + self.inner.options.wait;
+        Some(self.take_keys(ids, turns, started, deadline).await)
+    }
+
+    /// With this process's turns on `ids`, takes their Redis keys (or the ones the previous
+    /// local holders left).
+    async fn take_keys(
+        &self,
+        ids: Vec<ProductId>,
+        mut turns: local::Turns,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<Locks, LockError> {
+        let inner = &self.inner;
         let ttl = inner.options.ttl;
         let mut conn = inner.redis.clone();
         let mut leases = Vec::with_capacity(ids.len());
@@ -207,6 +231,13 @@ impl Locker {
         metrics::lock_bypassed();
         Locks::bypassed()
     }
+}
+
+fn sorted_unique(products: &[ProductId]) -> Vec<ProductId> {
+    let mut ids = products.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// Tries one lease until `deadline`; `Some(instant the winning SET was sent)` when taken.

@@ -1,14 +1,16 @@
 //! Consumes `order.*` events.
 //!
-//! `order.created`: unless the current stock plainly cannot cover the order (then it is
-//! rejected without locks), take the products' locks (ascending ids), then in one transaction
+//! `order.created`: take the products' locks (ascending ids), then in one transaction
 //! serialise on the order, record the message id, deduct every item with the conditional
 //! update (all or nothing), store the reservation and write `inventory.reserved` or
 //! `inventory.rejected` to the outbox; check the locks were never lost; commit.
-//! The common cases (first message, one item or a plain shortfall) do all of it in one
-//! statement instead ([`db::one_statement`]); the order's primary key in `reservations` then
-//! does the advisory lock's job: a cancellation's tombstone and a reservation cannot both be
-//! written, and whichever loses fails and is retried, to see the other.
+//! - When other tasks of this process already queue for a product, the stock is read first,
+//!   and an order it plainly cannot cover is rejected without queueing: in a sale that sold
+//!   out, the late orders do not wait on each other. When nobody queues, that read is skipped.
+//! - The common cases (first message; one item, or a plain shortfall) do all of it in one
+//!   statement ([`db::one_statement`]). The order's primary key in `reservations` then does
+//!   the advisory lock's job: a cancellation's tombstone and a reservation cannot both be
+//!   written, and whichever comes second fails and is retried, to see the other.
 //!
 //! `order.cancelled`: in one transaction serialise on the order and record the message id;
 //! stock deducted for the order is given back once (`RELEASED`, `inventory.released`); an
@@ -112,16 +114,20 @@ impl OrderEvents {
         created: &OrderCreated,
         trace: &TraceContext,
     ) -> Result<Handled, AttemptError> {
-        // An order the stock plainly cannot cover is rejected without waiting for the locks:
-        // in a sale that sold out, the many late orders no longer queue behind each other.
-        let shortfall =
-            db::stock::first_shortfall(&mut *self.db.acquire().await?, &created.items).await?;
-        let locks = match shortfall {
-            Some(_) => None,
+        let products: Vec<_> = created.items.iter().map(|i| i.product_id).collect();
+        let (shortfall, locks) = match self.locker.acquire_all_if_idle(&products).await {
+            // Nobody here queues for these products: go ahead, the update checks the stock.
+            Some(locks) => (None, Some(locks?)),
+            // Others queue: an order the stock plainly cannot cover is rejected without
+            // queueing, so in a sale that sold out the late orders do not wait on each other.
             None => {
-                let mut products: Vec<_> = created.items.iter().map(|i| i.product_id).collect();
-                products.sort_unstable();
-                Some(self.locker.acquire_all(&products).await?)
+                let shortfall =
+                    db::stock::first_shortfall(&mut *self.db.acquire().await?, &created.items)
+                        .await?;
+                match shortfall {
+                    Some(_) => (shortfall, None),
+                    None => (None, Some(self.locker.acquire_all(&products).await?)),
+                }
             }
         };
         let result = async {
