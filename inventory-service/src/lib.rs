@@ -103,6 +103,7 @@ pub async fn serve(
         broker: state.broker.clone(),
         config: state.config.messaging.clone(),
         outbox: state.outbox.clone(),
+        churning_tables: &["products"],
     };
     let handler = OrderEvents {
         db: state.db.clone(),

@@ -95,6 +95,7 @@ pub async fn serve(
         broker: state.broker.clone(),
         config: config.messaging.clone(),
         outbox: state.outbox.clone(),
+        churning_tables: &["orders"],
     };
     let handler = InventoryEvents {
         db: state.db.clone(),

@@ -1,5 +1,5 @@
 //! The loops every service runs beside its HTTP server: the broker supervisor, the outbox
-//! relay and its maintenance, and the consumer of the service's queue.
+//! relay and its maintenance, vacuuming where autovacuum is off, and the consumer of the service's queue.
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -17,6 +17,9 @@ pub struct Messaging {
     pub broker: Broker,
     pub config: MessagingConfig,
     pub outbox: OutboxSignal,
+    /// The service's own tables that churn, vacuumed with the outbox when autovacuum is off
+    /// (see [`crate::vacuum`]).
+    pub churning_tables: &'static [&'static str],
 }
 
 impl Messaging {
@@ -39,6 +42,12 @@ impl Messaging {
         tasks.spawn(crate::outbox::maintain(
             self.db.clone(),
             self.config.retention.clone(),
+            shutdown.clone(),
+        ));
+        tasks.spawn(crate::vacuum::run(
+            self.db.clone(),
+            self.churning_tables,
+            self.config.vacuum_every,
             shutdown.clone(),
         ));
         tasks.spawn(crate::consumer::run(

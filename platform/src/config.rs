@@ -57,6 +57,9 @@ pub struct MessagingConfig {
     pub consumer_concurrency: usize,
     /// `CONSUMER_PREFETCH` (64): deliveries the broker sends ahead of acks.
     pub consumer_prefetch: u16,
+    /// `VACUUM_EVERY_SECS` (15): how often the busiest tables are vacuumed while PostgreSQL's
+    /// autovacuum is off.
+    pub vacuum_every: Duration,
 }
 
 impl MessagingConfig {
@@ -75,6 +78,7 @@ impl MessagingConfig {
             },
             consumer_concurrency: parsed("CONSUMER_CONCURRENCY", 16)?,
             consumer_prefetch: parsed("CONSUMER_PREFETCH", 64)?,
+            vacuum_every: secs("VACUUM_EVERY_SECS", 15)?,
         })
     }
 }
@@ -86,6 +90,7 @@ impl Default for MessagingConfig {
             retention: Default::default(),
             consumer_concurrency: 16,
             consumer_prefetch: 64,
+            vacuum_every: Duration::from_secs(15),
         }
     }
 }

@@ -7,7 +7,9 @@
 //!   lock at the commit of every notifying transaction, which serialised all order commits
 //!   behind each other's WAL flush (most sampled backends waited on `Lock:object`).
 //! - Claims a batch with `FOR UPDATE SKIP LOCKED`, so several relays (one per service
-//!   instance) never publish the same row at the same time.
+//!   instance) never publish the same row at the same time. Oldest due first, in the order of
+//!   the index of pending rows: an index scan stops at the batch size, and it marks the
+//!   entries of rows sent meanwhile as dead, so later claims skip them without a vacuum.
 //! - Publishes persistent, `mandatory` messages on a confirm channel and marks a row sent
 //!   only after the broker confirmed it. An unroutable (returned) or nacked message counts
 //!   as a failed attempt: retried with exponential backoff and jitter, and after
@@ -174,7 +176,7 @@ async fn relay_batch(
     let rows: Vec<OutboxRow> = sqlx::query_as(
         "SELECT id, event_id, exchange, routing_key, payload, headers, attempts FROM outbox \
          WHERE status = 'pending' AND next_attempt_at <= now() \
-         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+         ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(settings.batch_size)
     .fetch_all(&mut *tx)

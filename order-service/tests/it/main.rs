@@ -12,4 +12,5 @@ mod outbox;
 mod process;
 mod reconciliation;
 mod recovery;
+mod vacuum;
 mod validation;

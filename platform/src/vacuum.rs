@@ -1,0 +1,64 @@
+//! Vacuuming the service's own busiest tables when PostgreSQL's autovacuum is off.
+//!
+//! The relay moves every outbox row out of the pending state once it is sent; the old row
+//! version stays behind, and so does its entry in the index of pending rows, until a vacuum
+//! removes them. Without autovacuum nothing ever does: the relay's claim then walks past every
+//! row ever sent, and slows down with the table (20 ms per claim after 50,000 orders on the
+//! development machine, instead of 0.1 ms after a vacuum). So while `autovacuum` is off, each
+//! service vacuums the tables it churns itself; while it is on, this loop does nothing.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// Tables every service churns: `outbox` (sent rows) and `processed_messages` (retention).
+pub const SHARED_TABLES: [&str; 2] = ["outbox", "processed_messages"];
+
+/// Every `every`, vacuums [`SHARED_TABLES`] and `own_tables` if autovacuum is off; until
+/// `shutdown`.
+pub async fn run(
+    db: PgPool,
+    own_tables: &'static [&'static str],
+    every: Duration,
+    shutdown: CancellationToken,
+) {
+    let tables: Vec<&str> = SHARED_TABLES.iter().chain(own_tables).copied().collect();
+    let mut ticks = tokio::time::interval(every);
+    let mut warned = false;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        match vacuum_unless_autovacuum(&db, &tables).await {
+            Ok(true) if !warned => {
+                warned = true;
+                tracing::warn!(
+                    tables = tables.join(", "),
+                    every_secs = every.as_secs(),
+                    "autovacuum is off on this PostgreSQL server: vacuuming the service's busiest tables itself"
+                );
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "vacuum failed"),
+        }
+    }
+}
+
+/// `true` when it vacuumed (autovacuum is off).
+async fn vacuum_unless_autovacuum(db: &PgPool, tables: &[&str]) -> sqlx::Result<bool> {
+    let autovacuum: bool = sqlx::query_scalar("SELECT current_setting('autovacuum')::boolean")
+        .fetch_one(db)
+        .await?;
+    if autovacuum {
+        return Ok(false);
+    }
+    // The names are this crate's and the services' own constants. VACUUM cannot run in a
+    // transaction, hence the simple protocol.
+    let statement = format!("VACUUM (ANALYZE) {}", tables.join(", "));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+        .execute(db)
+        .await?;
+    Ok(true)
+}
