@@ -143,9 +143,16 @@ pub async fn apply(
     if let Some(stored) = stored {
         return replay(stored, request);
     }
+    // Worked out before any lock is taken, so that the lock is held only for the database.
+    let response = first_response(request, Outcome::Applied)?;
+    let fingerprint = request.items.fingerprint();
+    let applied = IfApplied {
+        record: recorded_as(request, &fingerprint, Outcome::Applied, &response),
+        response: &response,
+    };
     let mut retry = Retry::new(state.locker.options().wait);
     loop {
-        match attempt(state, request).await {
+        match attempt(state, request, &applied).await {
             Err(error) if error.is_retryable() && retry.pause().await => {
                 tracing::debug!(%error, deduction_id = request.id.as_str(), "retrying a deduction");
             }
@@ -157,12 +164,13 @@ pub async fn apply(
 async fn attempt(
     state: &AppState,
     request: &DeductionRequest,
+    applied: &IfApplied<'_>,
 ) -> Result<StoredResponse, AttemptError> {
     let locks = state
         .locker
         .acquire_all(&request.items.product_ids())
         .await?;
-    let result = match deduct_in_one_statement(state, request, &locks).await {
+    let result = match deduct_in_one_statement(state, request, applied, &locks).await {
         Ok(Some(response)) => Ok(response),
         Ok(None) => deduct_and_record(state, request, &locks).await,
         Err(error) => Err(error),
@@ -171,26 +179,30 @@ async fn attempt(
     result
 }
 
+/// What a first request answers and records when the stock covers it.
+struct IfApplied<'a> {
+    response: &'a StoredResponse,
+    record: NewDeduction<'a>,
+}
+
 /// The common case, a first request for one item that the stock covers, in one statement
 /// ([`db::one_statement::deduct`]); `None` when that wrote nothing and the general path decides.
 async fn deduct_in_one_statement(
     state: &AppState,
     request: &DeductionRequest,
+    applied: &IfApplied<'_>,
     locks: &Locks,
 ) -> Result<Option<StoredResponse>, AttemptError> {
     let [item] = request.items.as_slice() else {
         return Ok(None);
     };
-    let response = first_response(request, Outcome::Applied)?;
-    let fingerprint = request.items.fingerprint();
-    let deduction = recorded_as(request, &fingerprint, Outcome::Applied, &response);
     // The statement commits as it runs, so this is the last moment to check.
     locks.ensure_held()?;
     let mut conn = state.db.acquire().await?;
-    match db::one_statement::deduct(&mut conn, *item, &deduction).await? {
+    match db::one_statement::deduct(&mut conn, *item, &applied.record).await? {
         Attempt::Done => {
             metrics::deduction("applied");
-            Ok(Some(response))
+            Ok(Some(applied.response.clone()))
         }
         Attempt::NotTaken => Ok(None),
     }

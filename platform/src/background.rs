@@ -1,5 +1,12 @@
 //! The loops every service runs beside its HTTP server: the broker supervisor, the outbox
-//! relay and its maintenance, vacuuming where autovacuum is off, and the consumer of the service's queue.
+//! relay and its maintenance, vacuuming where autovacuum is off, and the consumer of the
+//! service's queue.
+//!
+//! Each loop is restarted if it panics: a dead relay or consumer would otherwise go unnoticed
+//! while the HTTP API kept answering, and events would wait for reconciliation.
+
+use std::future::Future;
+use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -31,37 +38,103 @@ impl Messaging {
         handler: H,
         shutdown: &CancellationToken,
     ) {
-        tasks.spawn(self.broker.clone().supervise(shutdown.clone()));
-        tasks.spawn(crate::relay::run(
-            self.db.clone(),
-            self.broker.clone(),
-            self.config.relay.clone(),
-            self.outbox,
-            shutdown.clone(),
-        ));
-        tasks.spawn(crate::outbox::maintain(
-            self.db.clone(),
-            self.config.retention.clone(),
-            shutdown.clone(),
-        ));
-        tasks.spawn(crate::vacuum::run(
-            self.db.clone(),
-            self.churning_tables,
-            self.config.vacuum_every,
-            shutdown.clone(),
-        ));
-        tasks.spawn(crate::consumer::run(
-            self.broker,
-            self.db,
-            ConsumerSettings {
-                queue,
-                // Unique per process, so several instances can consume the same queue.
-                consumer_tag: format!("{queue}-{}", uuid::Uuid::new_v4()),
-                prefetch: self.config.consumer_prefetch,
-                concurrency: self.config.consumer_concurrency,
-            },
-            handler,
-            shutdown.clone(),
-        ));
+        let Self {
+            db,
+            broker,
+            config,
+            outbox,
+            churning_tables,
+        } = self;
+        let stop = shutdown.clone();
+        tasks.spawn(keep_running("broker supervisor", stop.clone(), {
+            let broker = broker.clone();
+            move || broker.clone().supervise(stop.clone())
+        }));
+        let stop = shutdown.clone();
+        tasks.spawn(keep_running("outbox relay", stop.clone(), {
+            let (db, broker, settings) = (db.clone(), broker.clone(), config.relay.clone());
+            move || {
+                crate::relay::run(
+                    db.clone(),
+                    broker.clone(),
+                    settings.clone(),
+                    outbox.clone(),
+                    stop.clone(),
+                )
+            }
+        }));
+        let stop = shutdown.clone();
+        tasks.spawn(keep_running("outbox maintenance", stop.clone(), {
+            let (db, retention) = (db.clone(), config.retention.clone());
+            move || crate::outbox::maintain(db.clone(), retention.clone(), stop.clone())
+        }));
+        let stop = shutdown.clone();
+        tasks.spawn(keep_running("vacuum", stop.clone(), {
+            let (db, every) = (db.clone(), config.vacuum_every);
+            move || crate::vacuum::run(db.clone(), churning_tables, every, stop.clone())
+        }));
+        let settings = ConsumerSettings {
+            queue,
+            // Unique per process, so several instances can consume the same queue.
+            consumer_tag: format!("{queue}-{}", uuid::Uuid::new_v4()),
+            prefetch: config.consumer_prefetch,
+            concurrency: config.consumer_concurrency,
+        };
+        let stop = shutdown.clone();
+        tasks.spawn(keep_running("consumer", stop.clone(), move || {
+            crate::consumer::run(
+                broker.clone(),
+                db.clone(),
+                settings.clone(),
+                handler.clone(),
+                stop.clone(),
+            )
+        }));
+    }
+}
+
+/// Runs the loop `start` makes until it returns (at `shutdown`); if it panics, logs that and
+/// starts a new one after a second.
+pub async fn keep_running<F, Fut>(name: &'static str, shutdown: CancellationToken, start: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        match tokio::spawn(start()).await {
+            Err(error) if error.is_panic() && !shutdown.is_cancelled() => {
+                tracing::error!(
+                    task = name,
+                    "background task panicked; restarting it in 1 s"
+                );
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+            _ => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_loop_is_started_again_until_it_returns() {
+        let starts = Arc::new(AtomicU32::new(0));
+        let counted = starts.clone();
+        keep_running("test", CancellationToken::new(), move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                assert!(n >= 3, "a loop that dies on its first two runs");
+            }
+        })
+        .await;
+        assert_eq!(starts.load(Ordering::SeqCst), 3);
     }
 }

@@ -184,8 +184,25 @@ async fn process<H: Handler>(
         trace,
         previous_deliveries,
     };
-    let result = handler.handle(message).instrument(span.clone()).await;
-    let _entered = span.enter();
+    // The whole handling runs in the message's span through `instrument`: a span entered with
+    // `enter()` and held across an `.await` would stay current on whichever thread polled it
+    // last, and other tasks there would pick it up (or find it closed, and panic).
+    async move {
+        let result = handler.handle(message).await;
+        settle(delivery, result, previous_deliveries, db, shutdown).await;
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Acks, rejects or (after a pause) requeues the delivery, as the handler's result says.
+async fn settle(
+    delivery: Delivery,
+    result: Result<Handled, HandleError>,
+    previous_deliveries: i64,
+    db: &PgPool,
+    shutdown: &CancellationToken,
+) {
     let acked = match result {
         Ok(handled) => {
             let label = if handled == Handled::Applied {
