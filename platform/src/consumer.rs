@@ -12,9 +12,10 @@
 //!   the channel so unacked deliveries return to the queue.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
@@ -188,7 +189,12 @@ async fn process<H: Handler>(
     // `enter()` and held across an `.await` would stay current on whichever thread polled it
     // last, and other tasks there would pick it up (or find it closed, and panic).
     async move {
-        let result = handler.handle(message).await;
+        // A handler that panics fails this delivery only (it is retried, then dead-lettered
+        // at the delivery limit), not the subscription and the other deliveries in flight.
+        let result = AssertUnwindSafe(handler.handle(message))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(HandleError::Retry(anyhow::anyhow!("the handler panicked"))));
         settle(delivery, result, previous_deliveries, db, shutdown).await;
     }
     .instrument(span)

@@ -75,6 +75,9 @@ impl From<Row> for Reservation {
     }
 }
 
+/// The primary key on the order id: one reservation (or tombstone) per order.
+pub const KEY: &str = "reservations_pkey";
+
 /// Serialises every handler of one order for the rest of the transaction, so a creation and a
 /// cancellation of the same order never interleave (whichever comes second sees the first).
 pub async fn lock_order(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<()> {

@@ -174,28 +174,32 @@ impl Locks {
     /// effort: a key that cannot be deleted expires by itself).
     pub async fn release(mut self) {
         drop(self.watchdog.take());
-        self.released = true;
         let Some(mut conn) = self.conn.clone() else {
+            self.released = true;
             return;
         };
         let leases = std::mem::take(&mut self.leases);
         // A lost lock is not ours to pass on.
-        if self.state.lost.is_cancelled() || leases.len() != self.turns.len() {
-            release_all(&mut conn, &leases).await;
-            return;
-        }
-        let valid_until = self.state.valid_until();
-        let mut to_delete = Vec::new();
-        for ((lease, turn), times) in leases
-            .into_iter()
-            .zip(&mut self.turns)
-            .zip(&self.hand_overs)
-        {
-            if let Some(lease) = turn.hand_over(lease, &conn, valid_until, *times, self.ttl) {
-                to_delete.push(lease);
+        self.leases = if self.state.lost.is_cancelled() || leases.len() != self.turns.len() {
+            leases
+        } else {
+            let valid_until = self.state.valid_until();
+            let mut to_delete = Vec::new();
+            for ((lease, turn), times) in leases
+                .into_iter()
+                .zip(&mut self.turns)
+                .zip(&self.hand_overs)
+            {
+                if let Some(lease) = turn.hand_over(lease, &conn, valid_until, *times, self.ttl) {
+                    to_delete.push(lease);
+                }
             }
-        }
-        release_all(&mut conn, &to_delete).await;
+            to_delete
+        };
+        // Still unreleased while the deletes are under way: if this future is dropped
+        // midway (a request timing out), `Drop` deletes the keys in the background.
+        release_all(&mut conn, &self.leases).await;
+        self.released = true;
     }
 }
 

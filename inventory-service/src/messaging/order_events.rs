@@ -232,6 +232,22 @@ impl OrderEvents {
         cancelled: &OrderCancelled,
         trace: &TraceContext,
     ) -> Result<Handled, HandleError> {
+        match self.try_release(event_id, cancelled, trace).await {
+            // A one-statement reservation committed between the lookup and the tombstone:
+            // look again, and release what it deducted.
+            Err(sqlx::Error::Database(e)) if e.constraint() == Some(db::reservations::KEY) => {
+                Ok(self.try_release(event_id, cancelled, trace).await?)
+            }
+            result => Ok(result?),
+        }
+    }
+
+    async fn try_release(
+        &self,
+        event_id: Uuid,
+        cancelled: &OrderCancelled,
+        trace: &TraceContext,
+    ) -> sqlx::Result<Handled> {
         let order_id = cancelled.order_id;
         let mut tx = self.db.begin().await?;
         db::reservations::lock_order(&mut tx, order_id).await?;

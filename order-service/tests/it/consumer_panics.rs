@@ -1,0 +1,83 @@
+//! A handler that panics fails its own delivery only: the message is retried, then
+//! dead-lettered at the delivery limit, and the deliveries around it are handled as usual.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use platform::amqp::Broker;
+use platform::consumer::{ConsumerSettings, HandleError, Handled, Handler, Message};
+use platform::testing::{AmqpProbe, TestDatabase, TestVhost, eventually};
+use shared::keys;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Default)]
+struct PanicsOnBoom {
+    handled: Arc<AtomicU32>,
+    panics: Arc<AtomicU32>,
+}
+
+impl Handler for PanicsOnBoom {
+    async fn handle(&self, message: Message) -> Result<Handled, HandleError> {
+        if message.body == b"boom" {
+            self.panics.fetch_add(1, Ordering::SeqCst);
+            panic!("a handler bug");
+        }
+        self.handled.fetch_add(1, Ordering::SeqCst);
+        Ok(Handled::Applied)
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
+    platform::testing::init_logs();
+    let db = TestDatabase::create("consumer_panics", &order_service::MIGRATOR).await;
+    let vhost = TestVhost::create();
+    let probe = AmqpProbe::connect(&vhost.url).await;
+    let stop = CancellationToken::new();
+    let broker = Broker::new(&vhost.url);
+    tokio::spawn(broker.clone().supervise(stop.clone()));
+    let handler = PanicsOnBoom::default();
+    let consumer = tokio::spawn(platform::consumer::run(
+        broker,
+        db.pool.clone(),
+        ConsumerSettings {
+            queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
+            consumer_tag: "panics-test".into(),
+            prefetch: 8,
+            concurrency: 4,
+        },
+        handler.clone(),
+        stop.clone(),
+    ));
+
+    probe
+        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"boom", None)
+        .await;
+    probe
+        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"fine", None)
+        .await;
+
+    let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
+    eventually(Duration::from_secs(30), || async {
+        (probe.ready(&dlq).await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(handler.handled.load(Ordering::SeqCst), 1);
+    assert!(
+        handler.panics.load(Ordering::SeqCst) >= 2,
+        "retried before dead-lettering"
+    );
+
+    probe
+        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"after", None)
+        .await;
+    eventually(Duration::from_secs(10), || async {
+        (handler.handled.load(Ordering::SeqCst) == 2).then_some(())
+    })
+    .await;
+    stop.cancel();
+    consumer
+        .await
+        .expect("the consumer loop ends without a panic");
+}
