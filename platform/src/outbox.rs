@@ -53,6 +53,23 @@ impl NewOutboxRow {
     }
 }
 
+impl NewOutboxRow {
+    /// Binds the row's five columns, in table order (`event_id, exchange, routing_key,
+    /// payload, headers`), as the next parameters of `query`: for statements that write an
+    /// outbox row together with other rows.
+    pub fn bind_to(
+        self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        query
+            .bind(self.event_id)
+            .bind(self.exchange)
+            .bind(self.routing_key)
+            .bind(self.payload)
+            .bind(self.headers)
+    }
+}
+
 /// Writes `envelope` to the outbox on `conn` (which should be inside the transaction that
 /// makes the change the event reports).
 pub async fn enqueue<E: Event + Serialize>(
@@ -63,15 +80,10 @@ pub async fn enqueue<E: Event + Serialize>(
 ) -> sqlx::Result<()> {
     let row = NewOutboxRow::new(exchange, envelope, trace)
         .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    sqlx::query(
+    row.bind_to(sqlx::query(
         "INSERT INTO outbox (event_id, exchange, routing_key, payload, headers) \
          VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(row.event_id)
-    .bind(row.exchange)
-    .bind(row.routing_key)
-    .bind(row.payload)
-    .bind(row.headers)
+    ))
     .execute(conn)
     .await?;
     Ok(())

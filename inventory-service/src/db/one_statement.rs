@@ -93,21 +93,15 @@ pub async fn reserve(
              INSERT INTO outbox (event_id, exchange, routing_key, payload, headers) \
              SELECT $8, $9, $10, $11, $12 FROM reserved"
     );
-    let result = sqlx::query(STATEMENT)
+    let query = sqlx::query(STATEMENT)
         .bind(item.product_id.0)
         .bind(item.quantity)
         .bind(order_id.0)
         .bind(ReservationState::Applied.as_str())
         .bind(Json([item]))
         .bind(message_id)
-        .bind(kind)
-        .bind(event.event_id)
-        .bind(event.exchange)
-        .bind(event.routing_key)
-        .bind(event.payload)
-        .bind(event.headers)
-        .execute(conn)
-        .await;
+        .bind(kind);
+    let result = event.bind_to(query).execute(conn).await;
     attempt(result)
 }
 
@@ -122,7 +116,7 @@ pub async fn reject(
     kind: &str,
     event: NewOutboxRow,
 ) -> sqlx::Result<Attempt> {
-    let result = sqlx::query(
+    let query = sqlx::query(
         "WITH rejected AS ( \
              INSERT INTO reservations (order_id, state, items, rejection_reason) \
              VALUES ($1, $2, $3, $4) RETURNING order_id \
@@ -137,14 +131,8 @@ pub async fn reject(
     .bind(Json(items))
     .bind(reason.as_str())
     .bind(message_id)
-    .bind(kind)
-    .bind(event.event_id)
-    .bind(event.exchange)
-    .bind(event.routing_key)
-    .bind(event.payload)
-    .bind(event.headers)
-    .execute(conn)
-    .await;
+    .bind(kind);
+    let result = event.bind_to(query).execute(conn).await;
     attempt(result)
 }
 

@@ -26,7 +26,7 @@ pub async fn insert(
     response: &StoredResponse,
     event: NewOutboxRow,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    let query = sqlx::query(
         "WITH new_order AS ( \
              INSERT INTO orders (order_id, user_id, items, amount, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $5) \
@@ -45,13 +45,6 @@ pub async fn insert(
     .bind(token)
     .bind(&response.fingerprint)
     .bind(i16::try_from(response.status).unwrap_or(i16::MAX))
-    .bind(response.body.as_bytes())
-    .bind(event.event_id)
-    .bind(event.exchange)
-    .bind(event.routing_key)
-    .bind(event.payload)
-    .bind(event.headers)
-    .execute(conn)
-    .await
-    .map(drop)
+    .bind(response.body.as_bytes());
+    event.bind_to(query).execute(conn).await.map(drop)
 }
