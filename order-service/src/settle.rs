@@ -61,7 +61,9 @@ pub async fn apply_first_verdict(
     let (to, reason) = target(verdict);
     match db::orders::settle_pending_recording(conn, order_id, to, reason, message_id, kind).await {
         Ok(row) => Ok(row.map(|row| Transition::from_row(&row, OrderStatus::Pending))),
-        Err(sqlx::Error::Database(e)) if e.constraint() == Some(db::orders::MESSAGE_ID_KEY) => {
+        Err(sqlx::Error::Database(e))
+            if e.constraint() == Some(platform::inbox::MESSAGE_ID_KEY) =>
+        {
             Ok(None)
         }
         Err(error) => Err(error),

@@ -5,6 +5,10 @@
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+/// The primary key of `processed_messages`: a statement that records a message id seen before
+/// fails on it.
+pub const MESSAGE_ID_KEY: &str = "processed_messages_pkey";
+
 /// Records `message_id`; `true` the first time, `false` when it was already processed.
 /// A concurrent duplicate waits on the primary key until the first commits or rolls back.
 pub async fn record_once(

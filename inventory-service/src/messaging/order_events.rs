@@ -181,7 +181,6 @@ impl OrderEvents {
         trace: &TraceContext,
     ) -> Result<Option<Handled>, AttemptError> {
         let order_id = created.order_id;
-        let mut conn = self.db.acquire().await?;
         let attempt = match (shortfall, created.items.as_slice()) {
             (Some((reason, _)), items) => {
                 let event = outbox_row(
@@ -189,7 +188,7 @@ impl OrderEvents {
                     trace,
                 )?;
                 db::one_statement::reject(
-                    &mut conn,
+                    &mut *self.db.acquire().await?,
                     order_id,
                     items,
                     reason,
@@ -212,7 +211,7 @@ impl OrderEvents {
                     locks.ensure_held()?;
                 }
                 db::one_statement::reserve(
-                    &mut conn,
+                    &mut *self.db.acquire().await?,
                     order_id,
                     *item,
                     event_id,

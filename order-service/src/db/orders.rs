@@ -89,7 +89,7 @@ pub async fn settle_pending(
 /// transaction): moves a `PENDING` order to `to` and records `message_id` together. `None`
 /// when the order was not `PENDING` — nothing was written, and the caller takes the general
 /// path. A message id already recorded fails the whole statement on the primary key of
-/// `processed_messages` ([`MESSAGE_ID_KEY`]), so a duplicate can never settle an order.
+/// `processed_messages` ([`platform::inbox::MESSAGE_ID_KEY`]), so a duplicate can never settle an order.
 pub async fn settle_pending_recording(
     conn: &mut PgConnection,
     order_id: OrderId,
@@ -116,9 +116,6 @@ pub async fn settle_pending_recording(
     .fetch_optional(conn)
     .await
 }
-
-/// The primary key of `processed_messages`.
-pub const MESSAGE_ID_KEY: &str = "processed_messages_pkey";
 
 /// The order, locked until the transaction ends (for a status change decided in code).
 pub async fn find_for_update(
