@@ -56,8 +56,6 @@ pub struct Locks {
     /// Stops the watchdog when dropped.
     watchdog: Option<DropGuard>,
     released: bool,
-    /// How many holders before this one each lease passed through (see [`super::local`]).
-    hand_overs: Vec<u32>,
     ttl: Duration,
     /// This process's turn on the products; declared last, so it passes on only after the
     /// keys were released (fields drop in declaration order).
@@ -106,7 +104,6 @@ impl Locks {
             state,
             watchdog,
             released: false,
-            hand_overs: Vec::new(),
             ttl: options.ttl,
             turns: Vec::new(),
         }
@@ -123,15 +120,13 @@ impl Locks {
             }),
             watchdog: None,
             released: true,
-            hand_overs: Vec::new(),
             ttl: Duration::ZERO,
             turns: Vec::new(),
         }
     }
 
-    pub(super) fn with_turns(mut self, turns: super::local::Turns, hand_overs: Vec<u32>) -> Self {
+    pub(super) fn with_turns(mut self, turns: super::local::Turns) -> Self {
         self.turns = turns;
-        self.hand_overs = hand_overs;
         self
     }
 
@@ -185,12 +180,8 @@ impl Locks {
         } else {
             let valid_until = self.state.valid_until();
             let mut to_delete = Vec::new();
-            for ((lease, turn), times) in leases
-                .into_iter()
-                .zip(&mut self.turns)
-                .zip(&self.hand_overs)
-            {
-                if let Some(lease) = turn.hand_over(lease, &conn, valid_until, *times, self.ttl) {
+            for (lease, turn) in leases.into_iter().zip(&mut self.turns) {
+                if let Some(lease) = turn.hand_over(lease, &conn, valid_until, self.ttl) {
                     to_delete.push(lease);
                 }
             }

@@ -38,6 +38,8 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 pub struct Lease {
     key: String,
     token: String,
+    /// How many local holders in a row this key was handed to (see [`super::local`]).
+    hand_overs: u32,
 }
 
 impl Lease {
@@ -46,7 +48,18 @@ impl Lease {
         Self {
             key: key.into(),
             token: uuid::Uuid::new_v4().to_string(),
+            hand_overs: 0,
         }
+    }
+
+    pub(super) fn hand_overs(&self) -> u32 {
+        self.hand_overs
+    }
+
+    /// The same lease, counted as handed to one more holder.
+    pub(super) fn handed_over(mut self) -> Self {
+        self.hand_overs += 1;
+        self
     }
 
     pub fn key(&self) -> &str {

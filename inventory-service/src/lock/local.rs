@@ -35,23 +35,21 @@ pub struct Kept {
     conn: ConnectionManager,
     /// Until when the key is known to be ours.
     valid_until: Instant,
-    /// How many holders in a row it passed through.
-    hand_overs: u32,
 }
 
 impl Kept {
     /// Young enough to need no renewal before a holder is done with it (a renewal runs a
     /// third of the TTL after acquisition), and not passed on too often in a row.
     pub fn usable(&self, ttl: Duration) -> bool {
-        self.hand_overs < MAX_HAND_OVERS
+        self.lease
+            .as_ref()
+            .is_some_and(|lease| lease.hand_overs() < MAX_HAND_OVERS)
             && self.valid_until.saturating_duration_since(Instant::now()) > ttl * 2 / 3
     }
 
-    /// The lease, its validity and how many holders it passed through.
-    pub fn take(mut self) -> Option<(Lease, Instant, u32)> {
-        self.lease
-            .take()
-            .map(|lease| (lease, self.valid_until, self.hand_overs))
+    /// The lease and until when it is valid.
+    pub fn take(mut self) -> Option<(Lease, Instant)> {
+        self.lease.take().map(|lease| (lease, self.valid_until))
     }
 }
 
@@ -97,22 +95,19 @@ impl Turn {
         self.guard.take()
     }
 
-    /// Leaves `lease` (valid until `valid_until`, passed on `hand_overs` times before) to the
-    /// next local holder if one is waiting and the key is fit for it. Gives the lease back
-    /// when it should be deleted instead.
+    /// Leaves `lease` (valid until `valid_until`) to the next local holder if one is waiting
+    /// and the key is fit for it. Gives the lease back when it should be deleted instead.
     pub fn hand_over(
         &mut self,
         lease: Lease,
         conn: &ConnectionManager,
         valid_until: Instant,
-        hand_overs: u32,
         ttl: Duration,
     ) -> Option<Lease> {
         let kept = Kept {
-            lease: Some(lease),
+            lease: Some(lease.handed_over()),
             conn: conn.clone(),
             valid_until,
-            hand_overs: hand_overs + 1,
         };
         if self.queue.waiting.load(Ordering::SeqCst) > 0 && kept.usable(ttl) {
             *self.guard = Some(kept);

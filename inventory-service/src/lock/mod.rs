@@ -171,16 +171,18 @@ impl Locker {
         let ttl = inner.options.ttl;
         let mut conn = inner.redis.clone();
         let mut leases = Vec::with_capacity(ids.len());
-        let mut hand_overs = Vec::with_capacity(ids.len());
+        // The first key to expire bounds them all.
         let mut valid_until: Option<Instant> = None;
+        let mut bound = |until: Instant| {
+            valid_until = Some(valid_until.map_or(until, |v| v.min(until)));
+        };
         for (id, turn) in ids.into_iter().zip(turns.iter_mut()) {
             if let Some(kept) = turn.take_kept() {
                 let fit = kept.usable(ttl);
-                if let Some((lease, until, times)) = kept.take() {
+                if let Some((lease, until)) = kept.take() {
                     if fit {
-                        valid_until = Some(valid_until.map_or(until, |v| v.min(until)));
+                        bound(until);
                         leases.push(lease);
-                        hand_overs.push(times);
                         continue;
                     }
                     release_all(&mut conn, &[lease]).await;
@@ -189,10 +191,8 @@ impl Locker {
             let lease = Lease::new(inner.keys.product_lock(id));
             match acquire_one(&mut conn, &lease, ttl, deadline).await {
                 Ok(Some(sent_at)) => {
-                    let until = sent_at + ttl;
-                    valid_until = Some(valid_until.map_or(until, |v| v.min(until)));
+                    bound(sent_at + ttl);
                     leases.push(lease);
-                    hand_overs.push(0);
                 }
                 Ok(None) => {
                     release_all(&mut conn, &leases).await;
@@ -203,7 +203,7 @@ impl Locker {
                     // The failed SET may still have landed (a lost reply): free that key too.
                     leases.push(lease);
                     release_all(&mut conn, &leases).await;
-                    return Ok(self.bypass(&error).with_turns(turns, Vec::new()));
+                    return Ok(self.bypass(&error).with_turns(turns));
                 }
             }
         }
@@ -217,7 +217,7 @@ impl Locker {
             valid_until.unwrap_or(started + ttl),
             inner.options,
         )
-        .with_turns(turns, hand_overs))
+        .with_turns(turns))
     }
 
     fn bypass(&self, error: &redis::RedisError) -> Locks {
