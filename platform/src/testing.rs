@@ -8,6 +8,43 @@ use sqlx::migrate::Migrator;
 use sqlx::{Connection, PgConnection, PgPool};
 use uuid::Uuid;
 
+/// A service binary set up to start against this test's database, vhost and Redis key
+/// prefix, quietly (logs at `error`, output discarded). Add `HTTP_ADDR` and anything else,
+/// then spawn it.
+pub fn service_command(
+    binary: &str,
+    database_url: &str,
+    amqp_url: &str,
+    redis_prefix: &str,
+) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .env("DATABASE_URL", database_url)
+        .env("REDIS_URL", redis_url())
+        .env("REDIS_KEY_PREFIX", redis_prefix)
+        .env("AMQP_URL", amqp_url)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    command
+}
+
+/// Sends the signal `name` (`TERM`, `STOP`, `CONT`, …) to `child`.
+pub fn signal(child: &std::process::Child, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{name}");
+}
+
+/// A port that was free a moment ago (bound to port 0 and let go), for a binary that must
+/// keep its address across a restart.
+pub fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    probe.local_addr().expect("its address").port()
+}
+
 /// Server URL the test databases are created on (`TEST_DATABASE_SERVER` overrides).
 pub fn database_server() -> String {
     crate::config::string("TEST_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432")

@@ -2,10 +2,10 @@
 //! middle of a stream of orders: every order is still handled exactly once, and the stock adds
 //! up (SPEC §4.3, invariants 1, 2 and 5).
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
-use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost, eventually};
+use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost, eventually, signal};
 use serde_json::json;
 use shared::keys;
 use uuid::Uuid;
@@ -14,26 +14,16 @@ const STOCK: i64 = 150;
 const ORDERS: i64 = 600;
 
 fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_inventory-service"))
-        .envs(env.iter().copied())
-        .env("HTTP_ADDR", "127.0.0.1:0")
-        .env("DATABASE_URL", &db.url)
-        .env("REDIS_URL", testing::redis_url())
-        .env("REDIS_KEY_PREFIX", prefix)
-        .env("AMQP_URL", &vhost.url)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the binary starts")
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{name}"), child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -{name}");
+    testing::service_command(
+        env!("CARGO_BIN_EXE_inventory-service"),
+        &db.url,
+        &vhost.url,
+        prefix,
+    )
+    .envs(env.iter().copied())
+    .env("HTTP_ADDR", "127.0.0.1:0")
+    .spawn()
+    .expect("the binary starts")
 }
 
 async fn count(db: &TestDatabase, sql: &'static str) -> i64 {

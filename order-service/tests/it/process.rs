@@ -2,7 +2,7 @@
 //! exit on SIGTERM, and nothing lost to a `kill -9`.
 
 use std::collections::HashSet;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost};
@@ -17,24 +17,17 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
     let db = TestDatabase::create("orders_bin", &order_service::MIGRATOR).await;
     // A database name nobody created yet: the service must create it itself.
     let fresh = format!("{}_fresh", db.name);
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-        probe.local_addr().expect("addr").port()
-    };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_order-service"))
-        .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
-        .env(
-            "DATABASE_URL",
-            format!("{}/{fresh}", testing::database_server()),
-        )
-        .env("REDIS_URL", testing::redis_url())
-        .env("REDIS_KEY_PREFIX", testing::redis_prefix())
-        .env("AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the binary");
+    let port = testing::free_port();
+    let mut child = testing::service_command(
+        env!("CARGO_BIN_EXE_order-service"),
+        &format!("{}/{fresh}", testing::database_server()),
+        "amqp://guest:guest@127.0.0.1:1/%2f",
+        &testing::redis_prefix(),
+    )
+    .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
+    .env("RUST_LOG", "warn")
+    .spawn()
+    .expect("start the binary");
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
     eventually(Duration::from_secs(30), || async {
@@ -49,11 +42,7 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
         .expect("token");
     assert_eq!(token.status(), 201);
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    testing::signal(&child, "TERM");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     let exit = loop {
         if let Some(exit) = child.try_wait().expect("wait") {
@@ -78,23 +67,16 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
         .expect("drop");
 }
 
-fn free_port() -> u16 {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-    probe.local_addr().expect("addr").port()
-}
-
 fn start(port: u16, db: &TestDatabase, vhost: &TestVhost, prefix: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_order-service"))
-        .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
-        .env("DATABASE_URL", &db.url)
-        .env("REDIS_URL", testing::redis_url())
-        .env("REDIS_KEY_PREFIX", prefix)
-        .env("AMQP_URL", &vhost.url)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the binary")
+    testing::service_command(
+        env!("CARGO_BIN_EXE_order-service"),
+        &db.url,
+        &vhost.url,
+        prefix,
+    )
+    .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
+    .spawn()
+    .expect("start the binary")
 }
 
 #[tokio::test]
@@ -102,7 +84,7 @@ async fn orders_committed_before_a_kill_9_are_all_published_after_the_restart() 
     let db = TestDatabase::create("orders_kill", &order_service::MIGRATOR).await;
     let vhost = TestVhost::create();
     let prefix = testing::redis_prefix();
-    let port = free_port();
+    let port = testing::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let mut first = start(port, &db, &vhost, &prefix);
