@@ -1,5 +1,6 @@
 //! order-service configuration, read from the environment. Every variable has a working
-//! local default; a malformed value stops the start with an error naming the variable.
+//! local default; a malformed or out-of-range value stops the start with an error naming the
+//! variable.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -45,16 +46,16 @@ impl Config {
                 .parse()
                 .with_context(|| format!("HTTP_ADDR={http_addr:?} is not a socket address"))?,
             database_url: env::string("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/orders"),
-            database_max_connections: env::parsed("DATABASE_MAX_CONNECTIONS", 20)?,
+            database_max_connections: env::at_least("DATABASE_MAX_CONNECTIONS", 20, 1)?,
             redis_url: env::string("REDIS_URL", "redis://127.0.0.1:6379/0"),
             redis_key_prefix: env::string("REDIS_KEY_PREFIX", ""),
-            amqp_url: env::string("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+            amqp_url: env::amqp_url("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")?,
             admin_token: env::optional("ADMIN_TOKEN"),
             inventory_url: env::string("INVENTORY_URL", "http://127.0.0.1:8081"),
-            idempotency_token_ttl: env::secs("IDEMPOTENCY_TOKEN_TTL_SECS", 3600)?,
-            request_timeout: env::secs("REQUEST_TIMEOUT_SECS", 10)?,
-            reconcile_after: env::secs("RECONCILE_AFTER_SECS", 30)?,
-            reconcile_every: env::secs("RECONCILE_EVERY_SECS", 10)?,
+            idempotency_token_ttl: env::positive_secs("IDEMPOTENCY_TOKEN_TTL_SECS", 3600)?,
+            request_timeout: env::positive_secs("REQUEST_TIMEOUT_SECS", 10)?,
+            reconcile_after: env::positive_secs("RECONCILE_AFTER_SECS", 30)?,
+            reconcile_every: env::positive_secs("RECONCILE_EVERY_SECS", 10)?,
             messaging: MessagingConfig::from_env()?,
         })
     }

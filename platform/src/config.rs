@@ -3,7 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 
 /// The variable's value, or `default` when it is unset or empty.
 pub fn string(name: &str, default: &str) -> String {
@@ -34,14 +34,40 @@ where
     }
 }
 
-/// A duration given in whole seconds.
-pub fn secs(name: &str, default: u64) -> anyhow::Result<Duration> {
-    parsed(name, default).map(Duration::from_secs)
+/// The variable parsed as `T` and at least `min`, or `default` when it is unset or empty.
+///
+/// A count of zero (a batch of nothing, no concurrency, an interval that never ticks) would
+/// not fail at start but spin, stall or panic later; refusing it here names the variable.
+pub fn at_least<T>(name: &str, default: T, min: T) -> anyhow::Result<T>
+where
+    T: FromStr + PartialOrd + std::fmt::Display,
+    T::Err: std::fmt::Display,
+{
+    let value = parsed(name, default)?;
+    if value < min {
+        bail!("environment variable {name}={value} is out of range: it must be at least {min}");
+    }
+    Ok(value)
 }
 
-/// A duration given in whole milliseconds.
-pub fn millis(name: &str, default: u64) -> anyhow::Result<Duration> {
-    parsed(name, default).map(Duration::from_millis)
+/// A duration given in whole seconds, at least one.
+pub fn positive_secs(name: &str, default: u64) -> anyhow::Result<Duration> {
+    at_least(name, default, 1).map(Duration::from_secs)
+}
+
+/// A duration given in whole milliseconds, at least `min`.
+pub fn millis_at_least(name: &str, default: u64, min: u64) -> anyhow::Result<Duration> {
+    at_least(name, default, min).map(Duration::from_millis)
+}
+
+/// An AMQP URL, checked at start: the broker supervisor connects lazily and would otherwise
+/// retry a URL that can never work for as long as the service runs.
+pub fn amqp_url(name: &str, default: &str) -> anyhow::Result<String> {
+    let url = string(name, default);
+    url.parse::<lapin::uri::AMQPUri>()
+        .map_err(|e| anyhow!("{e}"))
+        .with_context(|| format!("environment variable {name} is not an AMQP URL"))?;
+    Ok(url)
 }
 
 /// Messaging knobs both services read the same way.
@@ -66,19 +92,20 @@ impl MessagingConfig {
     pub fn from_env() -> anyhow::Result<Self> {
         Ok(Self {
             relay: crate::relay::RelaySettings {
-                batch_size: parsed("RELAY_BATCH_SIZE", 200)?,
-                max_attempts: parsed("OUTBOX_MAX_ATTEMPTS", 10)?,
-                base_backoff: millis("OUTBOX_RETRY_BASE_MS", 200)?,
-                max_backoff: secs("OUTBOX_RETRY_MAX_SECS", 60)?,
+                batch_size: at_least("RELAY_BATCH_SIZE", 200, 1)?,
+                max_attempts: at_least("OUTBOX_MAX_ATTEMPTS", 10, 1)?,
+                base_backoff: millis_at_least("OUTBOX_RETRY_BASE_MS", 200, 1)?,
+                max_backoff: positive_secs("OUTBOX_RETRY_MAX_SECS", 60)?,
                 ..Default::default()
             },
             retention: crate::outbox::Retention {
-                keep: secs("RETENTION_SECS", 7 * 24 * 3600)?,
+                keep: positive_secs("RETENTION_SECS", 7 * 24 * 3600)?,
                 ..Default::default()
             },
-            consumer_concurrency: parsed("CONSUMER_CONCURRENCY", 16)?,
-            consumer_prefetch: parsed("CONSUMER_PREFETCH", 64)?,
-            vacuum_every: secs("VACUUM_EVERY_SECS", 15)?,
+            consumer_concurrency: at_least("CONSUMER_CONCURRENCY", 16, 1)?,
+            // 0 means "unlimited" to AMQP: the broker would push the whole queue at once.
+            consumer_prefetch: at_least("CONSUMER_PREFETCH", 64, 1)?,
+            vacuum_every: positive_secs("VACUUM_EVERY_SECS", 15)?,
         })
     }
 }

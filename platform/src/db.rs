@@ -7,6 +7,12 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 
+/// How long a session may sit idle inside a transaction before PostgreSQL ends it. A frozen
+/// instance (SIGSTOP, a hung host) would otherwise keep its row locks, and every other
+/// instance would wait on them for as long as it stays frozen; no transaction of the services
+/// waits on anything but the database for anywhere near this long.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
+
 /// Pool sizing and timeouts.
 #[derive(Debug, Clone)]
 pub struct PoolSettings {
@@ -46,6 +52,10 @@ pub async fn connect_and_migrate(
         .connect_with(
             options
                 .clone()
+                .options([(
+                    "idle_in_transaction_session_timeout",
+                    IDLE_IN_TRANSACTION_TIMEOUT,
+                )])
                 .log_statements(tracing::log::LevelFilter::Trace),
         )
         .await

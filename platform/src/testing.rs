@@ -29,6 +29,37 @@ pub fn service_command(
     command
 }
 
+/// Starts `command` (a [`service_command`] with one bad setting added) and expects it to
+/// refuse to start: returns what it wrote to stderr once it exited with a failure. Panics if
+/// it exits 0, or is still running after 20 s (the setting was accepted and it serves).
+pub fn expect_refused_start(mut command: Command) -> String {
+    let mut child = command
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the binary");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the binary") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("the service started with a setting it should have refused");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut pipe, &mut stderr).ok();
+    }
+    assert!(
+        !status.success(),
+        "exit status {status:?}; stderr: {stderr}"
+    );
+    stderr
+}
+
 /// Sends the signal `name` (`TERM`, `STOP`, `CONT`, …) to `child`.
 pub fn signal(child: &std::process::Child, name: &str) {
     let status = Command::new("kill")

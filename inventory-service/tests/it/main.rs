@@ -13,4 +13,5 @@ mod openapi;
 mod operations;
 mod products;
 mod restock;
+mod settings;
 mod validation;

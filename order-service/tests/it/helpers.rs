@@ -19,6 +19,27 @@ pub struct TestApp {
     shutdown: CancellationToken,
 }
 
+/// The configuration of a service on this test's database and Redis prefix, with its broker
+/// unreachable and reconciliation idle until a test changes them.
+pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
+    Config {
+        http_addr: "127.0.0.1:0".parse().expect("address"),
+        database_url: db.url.clone(),
+        database_max_connections: 10,
+        redis_url: testing::redis_url(),
+        redis_key_prefix: redis_prefix.to_owned(),
+        // Nothing listens on port 1: the broker stays down unless a test sets a vhost.
+        amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
+        admin_token: Some("test-admin-token".into()),
+        inventory_url: "http://127.0.0.1:1".into(),
+        idempotency_token_ttl: Duration::from_secs(3600),
+        request_timeout: Duration::from_secs(10),
+        reconcile_after: Duration::from_secs(3600),
+        reconcile_every: Duration::from_secs(3600),
+        messaging: Default::default(),
+    }
+}
+
 impl TestApp {
     /// A service whose broker is unreachable (HTTP-only tests need none).
     pub async fn spawn() -> Self {
@@ -47,22 +68,7 @@ impl TestApp {
         testing::init_logs();
         let db = TestDatabase::create("orders", &order_service::MIGRATOR).await;
         let redis_prefix = testing::redis_prefix();
-        let mut config = Config {
-            http_addr: "127.0.0.1:0".parse().expect("address"),
-            database_url: db.url.clone(),
-            database_max_connections: 10,
-            redis_url: testing::redis_url(),
-            redis_key_prefix: redis_prefix.clone(),
-            // Nothing listens on port 1: the broker stays down unless a test sets a vhost.
-            amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
-            admin_token: Some("test-admin-token".into()),
-            inventory_url: "http://127.0.0.1:1".into(),
-            idempotency_token_ttl: Duration::from_secs(3600),
-            request_timeout: Duration::from_secs(10),
-            reconcile_after: Duration::from_secs(3600),
-            reconcile_every: Duration::from_secs(3600),
-            messaging: Default::default(),
-        };
+        let mut config = config_for(&db, &redis_prefix);
         configure(&mut config);
         let listener = tokio::net::TcpListener::bind(config.http_addr)
             .await

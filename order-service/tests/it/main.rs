@@ -13,5 +13,6 @@ mod outbox;
 mod process;
 mod reconciliation;
 mod recovery;
+mod settings;
 mod vacuum;
 mod validation;

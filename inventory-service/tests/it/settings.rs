@@ -1,0 +1,63 @@
+//! Settings: each one is range-checked at start, and the pool's sessions carry the server-side
+//! safeguards the README promises.
+
+use inventory_service::config::Config;
+use platform::testing::{self, TestDatabase};
+
+/// Values that cannot work. Each must stop the binary before it serves, with a message naming
+/// the variable.
+const REFUSED: &[(&str, &str)] = &[
+    ("LOCK_TTL_MS", "10"),
+    ("LOCK_TTL_MS", "ten seconds"),
+    ("LOCK_WAIT_MS", "0"),
+    ("RELAY_BATCH_SIZE", "0"),
+    ("CONSUMER_PREFETCH", "0"),
+    ("CONSUMER_CONCURRENCY", "-1"),
+    ("RETENTION_SECS", "0"),
+    ("DATABASE_MAX_CONNECTIONS", "0"),
+    ("REQUEST_TIMEOUT_SECS", "0"),
+    ("HTTP_ADDR", "nowhere"),
+    ("AMQP_URL", "not a url"),
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
+    let db = TestDatabase::create("inventory_settings", &inventory_service::MIGRATOR).await;
+    for &(name, value) in REFUSED {
+        let mut command = testing::service_command(
+            env!("CARGO_BIN_EXE_inventory-service"),
+            &db.url,
+            "amqp://guest:guest@127.0.0.1:1/%2f",
+            &testing::redis_prefix(),
+        );
+        command
+            .env("HTTP_ADDR", format!("127.0.0.1:{}", testing::free_port()))
+            .env(name, value);
+        let stderr = tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
+            .await
+            .expect("the check runs");
+        assert!(
+            stderr.contains(name),
+            "{name}={value:?} was refused without naming it: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
+    let db = TestDatabase::create("inventory_settings", &inventory_service::MIGRATOR).await;
+    let config = Config {
+        database_url: db.url.clone(),
+        redis_url: testing::redis_url(),
+        redis_key_prefix: testing::redis_prefix(),
+        amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
+        ..Config::default()
+    };
+    let state = inventory_service::build_state(config).await.expect("state");
+    let mut conn = state.db.acquire().await.expect("a pooled connection");
+    let timeout: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+        .fetch_one(&mut *conn)
+        .await
+        .expect("read the setting");
+    assert_eq!(timeout, "30s");
+}

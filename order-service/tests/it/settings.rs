@@ -1,0 +1,64 @@
+//! Settings: each one is range-checked at start, and the pool's sessions carry the server-side
+//! safeguards the README promises.
+
+use platform::testing::{self, TestDatabase};
+
+use crate::helpers::config_for;
+
+/// Values that cannot work. Each must stop the binary before it serves, with a message naming
+/// the variable.
+const REFUSED: &[(&str, &str)] = &[
+    ("RECONCILE_EVERY_SECS", "0"),
+    ("RECONCILE_AFTER_SECS", "0"),
+    ("RELAY_BATCH_SIZE", "0"),
+    ("RELAY_BATCH_SIZE", "-5"),
+    ("OUTBOX_MAX_ATTEMPTS", "0"),
+    ("OUTBOX_RETRY_BASE_MS", "0"),
+    ("OUTBOX_RETRY_MAX_SECS", "0"),
+    ("RETENTION_SECS", "0"),
+    ("CONSUMER_CONCURRENCY", "0"),
+    ("CONSUMER_PREFETCH", "0"),
+    ("VACUUM_EVERY_SECS", "0"),
+    ("DATABASE_MAX_CONNECTIONS", "0"),
+    ("IDEMPOTENCY_TOKEN_TTL_SECS", "soon"),
+    ("REQUEST_TIMEOUT_SECS", "0"),
+    ("HTTP_ADDR", "nowhere"),
+    ("AMQP_URL", "http://127.0.0.1:5672"),
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
+    let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
+    for &(name, value) in REFUSED {
+        let mut command = testing::service_command(
+            env!("CARGO_BIN_EXE_order-service"),
+            &db.url,
+            "amqp://guest:guest@127.0.0.1:1/%2f",
+            &testing::redis_prefix(),
+        );
+        command
+            .env("HTTP_ADDR", format!("127.0.0.1:{}", testing::free_port()))
+            .env(name, value);
+        let stderr = tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
+            .await
+            .expect("the check runs");
+        assert!(
+            stderr.contains(name),
+            "{name}={value:?} was refused without naming it: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
+    let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
+    let state = order_service::build_state(config_for(&db, &testing::redis_prefix()))
+        .await
+        .expect("state");
+    let mut conn = state.db.acquire().await.expect("a pooled connection");
+    let timeout: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+        .fetch_one(&mut *conn)
+        .await
+        .expect("read the setting");
+    assert_eq!(timeout, "30s");
+}
