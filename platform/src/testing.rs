@@ -60,6 +60,24 @@ pub fn expect_refused_start(mut command: Command) -> String {
     stderr
 }
 
+/// The value of the metric line of `base`'s `/metrics` that starts with `series` (name and
+/// labels), 0 when absent or when the service does not answer.
+pub async fn scrape_metric(base: &str, series: &str) -> f64 {
+    let Ok(response) = reqwest::get(format!("{base}/metrics")).await else {
+        return 0.0;
+    };
+    let text = response.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
 /// Sends the signal `name` (`TERM`, `STOP`, `CONT`, …) to `child`.
 pub fn signal(child: &std::process::Child, name: &str) {
     let status = Command::new("kill")

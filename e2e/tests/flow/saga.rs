@@ -205,6 +205,15 @@ async fn the_same_creation_delivered_twice_is_applied_once() {
     })
     .await;
     assert_eq!(stack.stock(1001).await, 8);
+    // The reservation's primary key alone would keep the stock right; the message id is what
+    // keeps the copies from each answering again.
+    assert_eq!(
+        stack
+            .inventory_count("SELECT count(*) FROM outbox WHERE routing_key LIKE 'inventory.%'")
+            .await,
+        1,
+        "one verdict for three copies of one message"
+    );
 }
 
 #[tokio::test]

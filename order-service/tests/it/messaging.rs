@@ -65,7 +65,11 @@ async fn a_new_order_is_published_persistent_with_its_id_and_trace() {
 
 #[tokio::test]
 async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
-    let app = TestApp::spawn_with_broker(|_| {}).await;
+    let app = TestApp::spawn_with_broker(|c| {
+        c.messaging.consumer_concurrency = 1;
+        c.messaging.consumer_prefetch = 1;
+    })
+    .await;
     let order = app.create_order(&order_body(1, 1001, 2)).await;
     let order_id = order["order_id"].as_str().expect("id");
     let probe = app.probe().await;
@@ -89,6 +93,36 @@ async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
     })
     .await;
     assert_eq!(app.count("processed_messages").await, 1);
+
+    // Once the order is cancelled, a reservation it had not seen would ask inventory for a
+    // release; the same reservation seen before must not.
+    assert_eq!(app.cancel(order_id).await.status(), 200);
+    probe
+        .publish(
+            keys::INVENTORY_EXCHANGE,
+            "inventory.reserved",
+            &body,
+            Some(&event_id),
+        )
+        .await;
+    // One delivery at a time, in order: once a later message is recorded, the duplicate was
+    // handled.
+    send(
+        &probe,
+        "inventory.rejected",
+        json!({"order_id": Uuid::now_v7(), "reason": "unknown_product"}),
+    )
+    .await;
+    eventually(WAIT, || async {
+        (app.count("processed_messages").await == 2).then_some(())
+    })
+    .await;
+    let cancellations: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'")
+            .fetch_one(&app.db.pool)
+            .await
+            .expect("count");
+    assert_eq!(cancellations, 1, "the duplicate asked for a second release");
     assert_eq!(
         probe
             .ready(&keys::dead_letter_queue(keys::ORDER_INVENTORY_EVENTS_QUEUE))
