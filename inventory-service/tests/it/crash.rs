@@ -127,8 +127,7 @@ async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
 }
 
 #[tokio::test]
-async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell_or_double_apply()
-{
+async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell_or_double_apply() {
     let (db, vhost, probe) = stream_of_orders("inventory_pause").await;
     let prefix = testing::redis_prefix();
     // Short locks, so the pause outlives them; both instances consume the same queue.

@@ -1,6 +1,8 @@
 //! `TestApp::spawn`: the real service on `127.0.0.1:0` with its own database, Redis key prefix
 //! and AMQP vhost, stopped when the value is dropped; plus small request helpers.
 
+use std::time::Duration;
+
 use inventory_service::Config;
 use inventory_service::lock::{LockOptions, Locker};
 use platform::testing::{TestDatabase, TestVhost, redis_prefix, redis_url};
@@ -154,28 +156,6 @@ impl TestApp {
         request.send().await.expect("POST /products/{id}/restock")
     }
 
-    /// The value of the metric line starting with `series` (name and labels), 0 when absent.
-    pub async fn metric(&self, series: &str) -> f64 {
-        let text = self
-            .anonymous
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .expect("GET /metrics")
-            .text()
-            .await
-            .expect("metrics text");
-        text.lines()
-            .find_map(|line| {
-                line.strip_prefix(series)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(0.0)
-    }
-
     pub async fn deduction_rows(&self) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM deductions")
             .fetch_one(&self.db)
@@ -210,3 +190,51 @@ pub async fn assert_problem(response: reqwest::Response, status: u16, slug: &str
 }
 
 pub use platform::testing::eventually;
+
+/// Generous waits: these tests check correctness, not how fast 200 requests queue up on a
+/// busy two-core machine.
+pub fn patient(config: &mut inventory_service::Config) {
+    config.lock_wait = Duration::from_secs(60);
+    config.request_timeout = Duration::from_secs(120);
+}
+
+/// Sends `requests` one-unit deductions of `product` at once; returns the status codes.
+pub async fn stampede(app: &TestApp, product: i64, requests: usize) -> Vec<u16> {
+    let mut tasks = Vec::new();
+    for i in 0..requests {
+        let client = app.admin.clone();
+        let url = app.url("/deductions");
+        tasks.push(tokio::spawn(async move {
+            let body = serde_json::json!({
+                "deduction_id": format!("stampede-{i}"),
+                "items": [{"product_id": product, "quantity": 1}],
+            });
+            let response = client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .expect("POST /deductions");
+            response.status().as_u16()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.expect("the request task finishes"));
+    }
+    statuses
+}
+
+/// 50 of 200 one-unit deductions on a stock of 50 applied, the rest refused, none oversold.
+pub async fn assert_exactly_fifty_applied(app: &TestApp, product: i64, statuses: &[u16]) {
+    let applied = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 409).count();
+    assert_eq!((applied, refused), (50, 150), "statuses: {statuses:?}");
+    assert_eq!(app.stock(product).await, 0);
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deductions WHERE status = 'APPLIED'")
+            .fetch_one(&app.db)
+            .await
+            .expect("count");
+    assert_eq!(recorded, 50);
+}
