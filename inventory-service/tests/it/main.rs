@@ -12,5 +12,6 @@ mod one_statement;
 mod openapi;
 mod operations;
 mod products;
+mod redis_hung;
 mod restock;
 mod validation;
