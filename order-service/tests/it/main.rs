@@ -13,5 +13,6 @@ mod outbox;
 mod process;
 mod reconciliation;
 mod recovery;
+mod redis_hung;
 mod vacuum;
 mod validation;
