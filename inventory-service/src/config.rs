@@ -20,6 +20,10 @@ pub struct Config {
     /// `REDIS_KEY_PREFIX`: put before every Redis key, so several deployments (or test runs)
     /// can share one Redis. Default empty.
     pub redis_key_prefix: String,
+    /// `REDIS_TIMEOUT_MS`: how long connecting to Redis, and each Redis reply, may take
+    /// before Redis counts as down (then deductions bypass the lock until it answers
+    /// again). Default `500`.
+    pub redis_timeout: Duration,
     /// `AMQP_URL`: the RabbitMQ broker. Default `amqp://guest:guest@127.0.0.1:5672/%2f`.
     pub amqp_url: String,
     /// `ADMIN_TOKEN`: the bearer token admin endpoints require. Unset (the default): every
@@ -46,6 +50,7 @@ impl Default for Config {
             database_max_connections: 20,
             redis_url: "redis://127.0.0.1:6379/0".to_owned(),
             redis_key_prefix: String::new(),
+            redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
             amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned(),
             admin_token: None,
             lock_ttl: Duration::from_millis(10_000),
@@ -70,6 +75,8 @@ impl Config {
             )?,
             redis_url: config::string("REDIS_URL", &defaults.redis_url),
             redis_key_prefix: std::env::var("REDIS_KEY_PREFIX").unwrap_or_default(),
+            // Below a millisecond every call would time out; see the README for the default.
+            redis_timeout: config::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
             amqp_url: config::amqp_url("AMQP_URL", &defaults.amqp_url)?,
             admin_token: config::optional("ADMIN_TOKEN"),
             // Below 100 ms a renewal every third of the TTL races its own expiry.

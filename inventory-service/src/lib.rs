@@ -15,6 +15,7 @@ use platform::db::PoolSettings;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::outbox::OutboxSignal;
+use platform::redis_health::{self, RedisHealth};
 use shared::keys::{self, RedisKeys};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -55,7 +56,9 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     let db = platform::db::connect_and_migrate(&config.database_url, &settings, &MIGRATOR)
         .await
         .context("preparing the database")?;
-    let redis = platform::redis_conn::connect(&config.redis_url)?;
+    let redis =
+        platform::redis_conn::connect_with_timeout(&config.redis_url, config.redis_timeout)?;
+    let redis_health = RedisHealth::default();
     let broker = Broker::new(&config.amqp_url);
     let locker = lock::Locker::new(
         redis.clone(),
@@ -65,6 +68,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
             wait: config.lock_wait,
             renew: true,
         },
+        redis_health.clone(),
     );
     Ok(AppState {
         readiness: Readiness {
@@ -74,6 +78,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         },
         db,
         redis,
+        redis_health,
         locker,
         broker,
         admin_token: AdminToken::new(config.admin_token.clone()),
@@ -116,6 +121,22 @@ pub async fn serve(
         handler,
         &shutdown,
     );
+    tasks.spawn(platform::background::keep_running(
+        "redis health",
+        shutdown.clone(),
+        {
+            let (health, redis, stop) = (
+                state.redis_health.clone(),
+                state.redis.clone(),
+                shutdown.clone(),
+            );
+            move || {
+                health
+                    .clone()
+                    .watch(redis.clone(), redis_health::CHECK_EVERY, stop.clone())
+            }
+        },
+    ));
     tasks.close();
     let served = axum::serve(listener, build_app(state))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())

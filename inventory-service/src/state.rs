@@ -8,6 +8,7 @@ use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
 use platform::outbox::OutboxSignal;
+use platform::redis_health::RedisHealth;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
@@ -18,6 +19,8 @@ use crate::lock::Locker;
 pub struct AppState {
     pub db: PgPool,
     pub redis: ConnectionManager,
+    /// Whether Redis is known down; [`crate::serve`] runs its check.
+    pub redis_health: RedisHealth,
     /// Per-product stock locks.
     pub locker: Locker,
     /// The RabbitMQ connection; [`crate::serve`] runs its supervisor.

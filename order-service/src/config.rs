@@ -8,6 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use platform::config::{self as env, MessagingConfig};
 
+use crate::signed_token::TokenSecret;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `HTTP_ADDR`: where the API listens.
@@ -20,6 +22,10 @@ pub struct Config {
     pub redis_url: String,
     /// `REDIS_KEY_PREFIX`: prepended to every Redis key, to share one Redis safely.
     pub redis_key_prefix: String,
+    /// `REDIS_TIMEOUT_MS`: how long connecting to Redis, and each Redis reply, may take
+    /// before Redis counts as down (token requests then answer 503 at once until it
+    /// answers again). Default `500`.
+    pub redis_timeout: Duration,
     /// `AMQP_URL`: RabbitMQ, including the vhost.
     pub amqp_url: String,
     /// `ADMIN_TOKEN`: bearer token of the admin endpoints; unset refuses them all.
@@ -28,6 +34,9 @@ pub struct Config {
     pub inventory_url: String,
     /// `IDEMPOTENCY_TOKEN_TTL_SECS`: how long an issued token may be used.
     pub idempotency_token_ttl: Duration,
+    /// `IDEMPOTENCY_TOKEN_SECRET`: the key tokens are signed with, the same on every
+    /// instance. Unset (the default): one is generated once and kept in the database.
+    pub idempotency_token_secret: Option<TokenSecret>,
     /// `REQUEST_TIMEOUT_SECS`: a request running longer is answered 503.
     pub request_timeout: Duration,
     /// `RECONCILE_AFTER_SECS`: a `PENDING` order this old is checked with inventory.
@@ -49,14 +58,29 @@ impl Config {
             database_max_connections: env::at_least("DATABASE_MAX_CONNECTIONS", 20, 1)?,
             redis_url: env::string("REDIS_URL", "redis://127.0.0.1:6379/0"),
             redis_key_prefix: env::string("REDIS_KEY_PREFIX", ""),
+            // Below a millisecond every call would time out; see the README for the default.
+            redis_timeout: env::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
             amqp_url: env::amqp_url("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")?,
             admin_token: env::optional("ADMIN_TOKEN"),
             inventory_url: env::string("INVENTORY_URL", "http://127.0.0.1:8081"),
             idempotency_token_ttl: env::positive_secs("IDEMPOTENCY_TOKEN_TTL_SECS", 3600)?,
+            idempotency_token_secret: token_secret()?,
             request_timeout: env::positive_secs("REQUEST_TIMEOUT_SECS", 10)?,
             reconcile_after: env::positive_secs("RECONCILE_AFTER_SECS", 30)?,
             reconcile_every: env::positive_secs("RECONCILE_EVERY_SECS", 10)?,
             messaging: MessagingConfig::from_env()?,
         })
+    }
+}
+
+/// `IDEMPOTENCY_TOKEN_SECRET`: a short key would make token MACs guessable offline.
+fn token_secret() -> anyhow::Result<Option<TokenSecret>> {
+    const MIN_BYTES: usize = 32;
+    match env::optional("IDEMPOTENCY_TOKEN_SECRET") {
+        Some(secret) if secret.len() < MIN_BYTES => anyhow::bail!(
+            "environment variable IDEMPOTENCY_TOKEN_SECRET is out of range: it must be at least \
+             {MIN_BYTES} bytes long"
+        ),
+        secret => Ok(secret.map(TokenSecret::new)),
     }
 }

@@ -13,6 +13,7 @@ pub mod place_order;
 pub mod representation;
 mod routes;
 pub mod settle;
+pub mod signed_token;
 pub mod state;
 
 use std::sync::Arc;
@@ -34,7 +35,9 @@ use crate::config::Config;
 use crate::idempotency::TokenStore;
 use crate::messaging::inventory_events::InventoryEvents;
 use crate::messaging::reconcile::ReconcileSettings;
+use crate::signed_token::{TokenSecret, TokenSigner};
 use crate::state::AppState;
+use platform::redis_health::{self, RedisHealth};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/order-service");
 
@@ -49,7 +52,15 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     let db = platform::db::connect_and_migrate(&config.database_url, &settings, &MIGRATOR)
         .await
         .context("preparing the orders database")?;
-    let redis = platform::redis_conn::connect(&config.redis_url)?;
+    let redis =
+        platform::redis_conn::connect_with_timeout(&config.redis_url, config.redis_timeout)?;
+    let redis_health = RedisHealth::default();
+    let secret = match &config.idempotency_token_secret {
+        Some(secret) => secret.clone(),
+        None => db::token_secret::load_or_store(&db, &TokenSecret::generate())
+            .await
+            .context("reading the idempotency token secret")?,
+    };
     let broker = Broker::new(&config.amqp_url);
     let readiness = Readiness {
         db: db.clone(),
@@ -58,10 +69,14 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     };
     Ok(AppState {
         tokens: TokenStore::new(
-            redis,
+            redis.clone(),
             RedisKeys::new(config.redis_key_prefix.clone()),
             config.idempotency_token_ttl,
+            TokenSigner::new(secret),
+            redis_health.clone(),
         ),
+        redis,
+        redis_health,
         db,
         broker,
         readiness,
@@ -117,6 +132,22 @@ pub async fn serve(
             batch: 100,
         },
         shutdown.clone(),
+    ));
+    tasks.spawn(platform::background::keep_running(
+        "redis health",
+        shutdown.clone(),
+        {
+            let (health, redis, stop) = (
+                state.redis_health.clone(),
+                state.redis.clone(),
+                shutdown.clone(),
+            );
+            move || {
+                health
+                    .clone()
+                    .watch(redis.clone(), redis_health::CHECK_EVERY, stop.clone())
+            }
+        },
     ));
     tasks.close();
     tracing::info!(addr = %listener.local_addr()?, "order-service listening");

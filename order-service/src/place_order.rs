@@ -1,10 +1,17 @@
 //! Creating an order exactly once per idempotency token (SPEC §4.1).
 //!
 //! 1. The request is validated first: a refused request does not use up its token.
-//! 2. The token is claimed in Redis atomically (`issued` -> in flight).
+//! 2. The token is claimed in Redis atomically (`issued` -> in flight). A token Redis does
+//!    not know (it lost its keys) and PostgreSQL has no outcome for is claimed again if it
+//!    proves it was issued here and is unexpired; otherwise it is unknown (400).
 //! 3. Order, outbox row and the token's outcome commit in one statement; the outcome's
 //!    primary key makes a second order for the token impossible even when Redis forgot it.
 //! 4. The response is cached in Redis for fast replays; PostgreSQL stays the source of truth.
+//!
+//! Redis losing its keys while a first request A is between its claim and its commit: a
+//! repeat B finds no key, no outcome (A's is uncommitted), a valid token, and claims it
+//! again. B's insert then waits on A's uncommitted `idempotency_keys_pkey` entry and, once A
+//! commits, fails on it; B answers A's outcome. No extra write was needed on A's path.
 
 use axum::body::Bytes;
 use chrono::{SubsecRound, Utc};
@@ -21,6 +28,7 @@ use crate::error::ApiError;
 use crate::idempotency::{Claim, StoredResponse};
 use crate::representation::Order;
 use crate::state::AppState;
+use platform::redis_health::RedisCallError;
 
 /// The answer to give: the stored response, and whether it is a replay.
 #[derive(Debug)]
@@ -48,26 +56,8 @@ pub async fn place(
     let order = NewOrder::parse(request).map_err(ApiError::Validation)?;
     let fingerprint = fingerprint::of_json(&document);
 
-    match state.tokens.claim(&token, &fingerprint).await {
-        Ok(Claim::Claimed) => {}
-        Ok(Claim::Done(first)) => return replay(first, &fingerprint),
-        Ok(Claim::InFlight { fingerprint: other }) if other == fingerprint => {
-            return Err(ApiError::RequestInProgress);
-        }
-        Ok(Claim::InFlight { .. }) => return Err(ApiError::IdempotencyKeyReused),
-        Ok(Claim::Unknown) => {
-            return match stored_outcome(state, &token).await? {
-                Some(first) => replay(first, &fingerprint),
-                None => Err(ApiError::UnknownIdempotencyKey),
-            };
-        }
-        Err(error) => {
-            tracing::warn!(%error, "Redis unavailable while claiming a token");
-            return match stored_outcome(state, &token).await? {
-                Some(first) => replay(first, &fingerprint),
-                None => Err(ApiError::Unavailable("redis")),
-            };
-        }
+    if let Some(answer) = claim(state, &token, &fingerprint).await? {
+        return answer;
     }
 
     match create(state, token, &order, fingerprint.clone(), trace).await {
@@ -102,6 +92,47 @@ pub async fn place(
             Err(error)
         }
     }
+}
+
+/// Claims the token for this request: `None` when it may go on and create the order, or the
+/// answer to give instead.
+async fn claim(
+    state: &AppState,
+    token: &Uuid,
+    fingerprint: &str,
+) -> Result<Option<Result<Placed, ApiError>>, ApiError> {
+    let mut claimed = state.tokens.claim(token, fingerprint).await;
+    if let Ok(Claim::Unknown) = claimed {
+        if let Some(first) = stored_outcome(state, token).await? {
+            return Ok(Some(replay(first, fingerprint)));
+        }
+        let Some(expires_at) = state.tokens.live_expiry(token) else {
+            return Ok(Some(Err(ApiError::UnknownIdempotencyKey)));
+        };
+        claimed = state.tokens.reclaim(token, fingerprint, expires_at).await;
+    }
+    let answer = match claimed {
+        Ok(Claim::Claimed) => return Ok(None),
+        Ok(Claim::Done(first)) => replay(first, fingerprint),
+        Ok(Claim::InFlight { fingerprint: other }) if other == fingerprint => {
+            Err(ApiError::RequestInProgress)
+        }
+        Ok(Claim::InFlight { .. }) => Err(ApiError::IdempotencyKeyReused),
+        // Only a plain claim answers this, and it was handled above.
+        Ok(Claim::Unknown) => Err(ApiError::UnknownIdempotencyKey),
+        Err(error) => {
+            if !matches!(error, RedisCallError::Down) {
+                tracing::warn!(%error, "Redis unavailable while claiming a token");
+            }
+            // A used token is still answered from PostgreSQL; a new one cannot be verified
+            // as unused without Redis.
+            match stored_outcome(state, token).await? {
+                Some(first) => replay(first, fingerprint),
+                None => Err(ApiError::Unavailable("redis")),
+            }
+        }
+    };
+    Ok(Some(answer))
 }
 
 async fn create(

@@ -8,6 +8,8 @@ use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
 use platform::outbox::OutboxSignal;
+use platform::redis_health::RedisHealth;
+use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
 use crate::config::Config;
@@ -17,6 +19,10 @@ use crate::idempotency::TokenStore;
 pub struct AppState {
     pub db: PgPool,
     pub tokens: TokenStore,
+    /// The connection the tokens use, for [`crate::serve`]'s health check.
+    pub redis: ConnectionManager,
+    /// Whether Redis is known down; [`crate::serve`] runs its check.
+    pub redis_health: RedisHealth,
     pub broker: Broker,
     pub readiness: Readiness,
     pub admin_token: AdminToken,

@@ -12,7 +12,10 @@ pub mod db;
 pub mod http;
 pub mod inbox;
 pub mod outbox;
+#[cfg(feature = "testing")]
+pub mod private_redis;
 pub mod redis_conn;
+pub mod redis_health;
 pub mod relay;
 pub mod retry;
 pub mod shutdown;

@@ -5,15 +5,27 @@ use std::time::Duration;
 use anyhow::Context;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-/// A lazily connected manager: the service starts even while Redis is down, each command
-/// fails fast (instead of hanging) while it stays down, and the connection comes back by
-/// itself when Redis does.
+/// `REDIS_TIMEOUT_MS`'s default. Redis answers in well under a millisecond here; on a
+/// machine saturated by a load test, replies queued for a CPU were seen near 300 ms, so
+/// 250 ms would call a busy Redis down. Half a second is paid once per outage (after one
+/// timeout the callers stop asking, see [`crate::redis_health`]), not once per call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// [`connect_with_timeout`] with [`DEFAULT_TIMEOUT`].
 pub fn connect(url: &str) -> anyhow::Result<ConnectionManager> {
+    connect_with_timeout(url, DEFAULT_TIMEOUT)
+}
+
+/// A lazily connected manager: the service starts even while Redis is down, and the
+/// connection comes back by itself when Redis does. Connecting and every reply are bounded
+/// by `timeout`, so a Redis that stops answering (a stopped process, a dead network path)
+/// fails a call after `timeout` instead of hanging it.
+pub fn connect_with_timeout(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
     let client =
         redis::Client::open(url).with_context(|| format!("REDIS_URL {url:?} is not valid"))?;
     let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_millis(500)))
-        .set_response_timeout(Some(Duration::from_secs(2)))
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(50))
         .set_max_delay(Duration::from_millis(500));

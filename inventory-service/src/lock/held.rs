@@ -4,10 +4,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use platform::redis_health::RedisHealth;
 use redis::aio::ConnectionManager;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::lease::{Lease, release_all};
+use super::lease::{Lease, release_all, release_in_background};
 use super::{LockError, LockOptions};
 use crate::metrics;
 
@@ -57,6 +58,7 @@ pub struct Locks {
     watchdog: Option<DropGuard>,
     released: bool,
     ttl: Duration,
+    health: RedisHealth,
     /// This process's turn on the products; declared last, so it passes on only after the
     /// keys were released (fields drop in declaration order).
     turns: super::local::Turns,
@@ -81,6 +83,7 @@ impl Locks {
         leases: Vec<Lease>,
         valid_until: Instant,
         options: LockOptions,
+        health: RedisHealth,
     ) -> Self {
         let state = Arc::new(HeldState {
             lost: CancellationToken::new(),
@@ -94,6 +97,7 @@ impl Locks {
                 leases.clone(),
                 state.clone(),
                 options.ttl,
+                health.clone(),
                 stop.clone(),
             ));
             stop.drop_guard()
@@ -105,6 +109,7 @@ impl Locks {
             watchdog,
             released: false,
             ttl: options.ttl,
+            health,
             turns: Vec::new(),
         }
     }
@@ -121,6 +126,7 @@ impl Locks {
             watchdog: None,
             released: true,
             ttl: Duration::ZERO,
+            health: RedisHealth::default(),
             turns: Vec::new(),
         }
     }
@@ -187,9 +193,14 @@ impl Locks {
             }
             to_delete
         };
-        // Still unreleased while the deletes are under way: if this future is dropped
-        // midway (a request timing out), `Drop` deletes the keys in the background.
-        release_all(&mut conn, &self.leases).await;
+        if self.health.is_down() {
+            // Waiting for a Redis that does not answer would hold up the next holder.
+            release_in_background(&conn, std::mem::take(&mut self.leases));
+        } else {
+            // Still unreleased while the deletes are under way: if this future is dropped
+            // midway (a request timing out), `Drop` deletes the keys in the background.
+            release_all(&mut conn, &self.leases).await;
+        }
         self.released = true;
     }
 }
@@ -218,6 +229,7 @@ async fn renew_until_stopped(
     leases: Vec<Lease>,
     state: Arc<HeldState>,
     ttl: Duration,
+    health: RedisHealth,
     stop: CancellationToken,
 ) {
     let period = ttl / 3;
@@ -229,6 +241,11 @@ async fn renew_until_stopped(
         let sent_at = Instant::now();
         let mut confirmed = true;
         for lease in &leases {
+            if health.is_down() {
+                // No use waiting for the timeout: the expiry check below decides.
+                confirmed = false;
+                break;
+            }
             match lease.renew(&mut conn, ttl).await {
                 Ok(true) => metrics::lock_renewed(),
                 Ok(false) => {
@@ -243,6 +260,7 @@ async fn renew_until_stopped(
                 }
                 Err(error) => {
                     tracing::debug!(%error, key = lease.key(), "could not renew a stock lock; will retry");
+                    health.record_failure(&error);
                     confirmed = false;
                 }
             }

@@ -123,3 +123,17 @@ pub(super) async fn release_all(conn: &mut ConnectionManager, leases: &[Lease]) 
         }
     }
 }
+
+/// [`release_all`] without waiting for it: for a caller that must not wait on a Redis that
+/// stopped answering. Sent on the same connection, the deletes queue behind whatever was
+/// sent before them, so a hung Redis that wakes up runs them after the `SET`s they undo.
+pub(super) fn release_in_background(conn: &ConnectionManager, leases: Vec<Lease>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if leases.is_empty() {
+        return;
+    }
+    let mut conn = conn.clone();
+    runtime.spawn(async move { release_all(&mut conn, &leases).await });
+}

@@ -27,6 +27,11 @@
 //! - **Redis unreachable** (any Redis error; "busy" is not an error): the caller gets
 //!   [`Locks`] that hold nothing ([`Locks::is_bypassed`]) and goes on without the lock. This
 //!   is logged once per outage and counted as `lock_acquisitions_total{result="bypassed"}`.
+//! - **Redis hung** (it stops answering instead of refusing): one call that times out marks
+//!   the process's [`RedisHealth`] down, and from then on acquisitions bypass the lock
+//!   without calling Redis at all, until the health check gets an answer again. Otherwise
+//!   every deduction would wait out the Redis timeout while holding its product's local
+//!   turn, and a hot product would move at one deduction per timeout.
 //!
 //! A check right before commit cannot close the window between that check and the commit;
 //! that window is exactly what the conditional update covers.
@@ -36,10 +41,10 @@ mod lease;
 mod local;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::RedisResult;
+use platform::redis_health::{RedisCallError, RedisHealth};
 use redis::aio::ConnectionManager;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
@@ -48,7 +53,7 @@ pub use held::Locks;
 pub use lease::Lease;
 
 use crate::metrics;
-use lease::release_all;
+use lease::{release_all, release_in_background};
 
 /// First and largest pause between two tries of a busy lock (full jitter in between).
 const BACKOFF_BASE: Duration = Duration::from_millis(2);
@@ -77,6 +82,26 @@ pub enum LockError {
     Lost,
 }
 
+/// What one [`Locker`] did since it was made: the process-wide metrics, but of this locker
+/// alone (tests read these, since the metrics are shared by every test of a binary).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LockStats {
+    pub acquired: u64,
+    pub timeouts: u64,
+    pub bypassed: u64,
+    /// Acquisitions whose Redis call failed (then bypassed); calls skipped because Redis
+    /// was already known down are not among them.
+    pub redis_failures: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    acquired: AtomicU64,
+    timeouts: AtomicU64,
+    bypassed: AtomicU64,
+    redis_failures: AtomicU64,
+}
+
 /// Takes per-product locks. Cheap to clone; one per process.
 #[derive(Clone)]
 pub struct Locker {
@@ -87,9 +112,13 @@ struct LockerInner {
     redis: ConnectionManager,
     keys: RedisKeys,
     options: LockOptions,
-    /// Set while Redis is unreachable, so the outage is logged once, not once per request.
+    /// Whether Redis is known down, shared with the rest of the process.
+    health: RedisHealth,
+    /// Set while deductions bypass the lock, so that is logged once per outage, not once
+    /// per request.
     redis_down: AtomicBool,
     local: local::LocalQueues,
+    counters: Counters,
 }
 
 impl std::fmt::Debug for Locker {
@@ -102,20 +131,46 @@ impl std::fmt::Debug for Locker {
 }
 
 impl Locker {
-    pub fn new(redis: ConnectionManager, keys: RedisKeys, options: LockOptions) -> Self {
+    /// A locker on `redis`; `health` is the process's view of whether Redis is down, kept
+    /// current by [`RedisHealth::watch`].
+    pub fn new(
+        redis: ConnectionManager,
+        keys: RedisKeys,
+        options: LockOptions,
+        health: RedisHealth,
+    ) -> Self {
         Self {
             inner: Arc::new(LockerInner {
                 redis,
                 keys,
                 options,
+                health,
                 redis_down: AtomicBool::new(false),
                 local: local::LocalQueues::default(),
+                counters: Counters::default(),
             }),
         }
     }
 
     pub fn options(&self) -> LockOptions {
         self.inner.options
+    }
+
+    /// What this locker did so far.
+    pub fn stats(&self) -> LockStats {
+        let c = &self.inner.counters;
+        LockStats {
+            acquired: c.acquired.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            bypassed: c.bypassed.load(Ordering::Relaxed),
+            redis_failures: c.redis_failures.load(Ordering::Relaxed),
+        }
+    }
+
+    fn timed_out(&self, started: Instant) -> LockError {
+        self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+        metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
+        LockError::Timeout(self.inner.options.wait)
     }
 
     /// The Redis key of `product`'s lock.
@@ -138,8 +193,7 @@ impl Locker {
         let started = Instant::now();
         let deadline = started + self.inner.options.wait;
         let Some(turns) = self.inner.local.enter(&ids, deadline).await else {
-            metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
-            return Err(LockError::Timeout(self.inner.options.wait));
+            return Err(self.timed_out(started));
         };
         self.take_keys(ids, turns, started, deadline).await
     }
@@ -170,6 +224,13 @@ impl Locker {
         let inner = &self.inner;
         let ttl = inner.options.ttl;
         let mut conn = inner.redis.clone();
+        if inner.health.is_down() {
+            // Keys left by the previous holders are deleted in the background (or expire).
+            for turn in &mut turns {
+                drop(turn.take_kept());
+            }
+            return Ok(self.bypass(&RedisCallError::Down).with_turns(turns));
+        }
         let mut leases = Vec::with_capacity(ids.len());
         // The first key to expire bounds them all.
         let mut valid_until: Option<Instant> = None;
@@ -189,20 +250,26 @@ impl Locker {
                 }
             }
             let lease = Lease::new(inner.keys.product_lock(id));
-            match acquire_one(&mut conn, &lease, ttl, deadline).await {
+            match acquire_one(&inner.health, &mut conn, &lease, ttl, deadline).await {
                 Ok(Some(sent_at)) => {
                     bound(sent_at + ttl);
                     leases.push(lease);
                 }
                 Ok(None) => {
                     release_all(&mut conn, &leases).await;
-                    metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
-                    return Err(LockError::Timeout(inner.options.wait));
+                    return Err(self.timed_out(started));
                 }
                 Err(error) => {
-                    // The failed SET may still have landed (a lost reply): free that key too.
-                    leases.push(lease);
-                    release_all(&mut conn, &leases).await;
+                    if matches!(error, RedisCallError::Failed(_)) {
+                        inner
+                            .counters
+                            .redis_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        // The failed SET may still land (a lost reply, or a hung Redis that
+                        // runs it once it wakes up): free that key too.
+                        leases.push(lease);
+                    }
+                    release_in_background(&conn, std::mem::take(&mut leases));
                     return Ok(self.bypass(&error).with_turns(turns));
                 }
             }
@@ -210,17 +277,19 @@ impl Locker {
         if inner.redis_down.swap(false, Ordering::Relaxed) {
             tracing::info!("Redis is reachable again: stock deductions take their locks again");
         }
+        inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
         metrics::lock_acquired(metrics::LockResult::Acquired, started.elapsed());
         Ok(Locks::held(
             conn,
             leases,
             valid_until.unwrap_or(started + ttl),
             inner.options,
+            inner.health.clone(),
         )
         .with_turns(turns))
     }
 
-    fn bypass(&self, error: &redis::RedisError) -> Locks {
+    fn bypass(&self, error: &RedisCallError) -> Locks {
         if !self.inner.redis_down.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 %error,
@@ -228,6 +297,7 @@ impl Locker {
                  (the conditional update keeps stock correct)"
             );
         }
+        self.inner.counters.bypassed.fetch_add(1, Ordering::Relaxed);
         metrics::lock_bypassed();
         Locks::bypassed()
     }
@@ -241,16 +311,18 @@ fn sorted_unique(products: &[ProductId]) -> Vec<ProductId> {
 }
 
 /// Tries one lease until `deadline`; `Some(instant the winning SET was sent)` when taken.
+/// Stops at once when Redis is (or becomes) known down.
 async fn acquire_one(
+    health: &RedisHealth,
     conn: &mut ConnectionManager,
     lease: &Lease,
     ttl: Duration,
     deadline: Instant,
-) -> RedisResult<Option<Instant>> {
+) -> Result<Option<Instant>, RedisCallError> {
     let mut attempt = 0;
     loop {
         let sent_at = Instant::now();
-        if lease.try_acquire(conn, ttl).await? {
+        if health.call(lease.try_acquire(conn, ttl)).await? {
             return Ok(Some(sent_at));
         }
         let now = Instant::now();

@@ -94,6 +94,7 @@ impl TestApp {
             redis,
             RedisKeys::new(self.config.redis_key_prefix.clone()),
             options,
+            platform::redis_health::RedisHealth::default(),
         )
     }
 

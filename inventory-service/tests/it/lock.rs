@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use inventory_service::lock::{Lease, LockError, LockOptions, Locker};
+use platform::redis_health::RedisHealth;
 use platform::testing::{redis_prefix, redis_url};
 use redis::aio::ConnectionManager;
 use shared::ids::ProductId;
@@ -31,7 +32,12 @@ fn locker(options: LockOptions) -> Locker {
 
 /// Lockers sharing a prefix play separate processes contending for the same keys in Redis.
 fn locker_with_prefix(prefix: &str, options: LockOptions) -> Locker {
-    Locker::new(redis(), RedisKeys::new(prefix), options)
+    Locker::new(
+        redis(),
+        RedisKeys::new(prefix),
+        options,
+        RedisHealth::default(),
+    )
 }
 
 async fn holder_of(conn: &mut ConnectionManager, key: &str) -> Option<String> {
@@ -249,6 +255,7 @@ async fn with_redis_unreachable_the_lock_is_bypassed_not_failed() {
         unreachable,
         RedisKeys::new(redis_prefix()),
         options(1_000, 1_000, true),
+        RedisHealth::default(),
     );
     for _ in 0..3 {
         let locks = locker

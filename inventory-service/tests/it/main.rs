@@ -12,6 +12,7 @@ mod one_statement;
 mod openapi;
 mod operations;
 mod products;
+mod redis_hung;
 mod restock;
 mod settings;
 mod validation;

@@ -16,6 +16,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("RETENTION_SECS", "0"),
     ("DATABASE_MAX_CONNECTIONS", "0"),
     ("REQUEST_TIMEOUT_SECS", "0"),
+    ("REDIS_TIMEOUT_MS", "0"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "not a url"),
 ];

@@ -3,3 +3,4 @@
 pub mod idempotency;
 pub mod orders;
 pub mod placement;
+pub mod token_secret;

@@ -1,7 +1,10 @@
+//! `POST /idempotency-tokens`: hands out the single-use keys of `POST /orders`.
+
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use platform::http::Json;
+use platform::redis_health::RedisCallError;
 use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -32,7 +35,9 @@ pub async fn issue(
     State(state): State<AppState>,
 ) -> Result<(StatusCode, Json<IssuedToken>), ApiError> {
     let (token, expires_at) = state.tokens.issue().await.map_err(|error| {
-        tracing::warn!(%error, "cannot issue a token: Redis unavailable");
+        if !matches!(error, RedisCallError::Down) {
+            tracing::warn!(%error, "cannot issue a token: Redis unavailable");
+        }
         ApiError::Unavailable("redis")
     })?;
     Ok((StatusCode::CREATED, Json(IssuedToken { token, expires_at })))

@@ -28,11 +28,13 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         database_max_connections: 10,
         redis_url: testing::redis_url(),
         redis_key_prefix: redis_prefix.to_owned(),
+        redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
         // Nothing listens on port 1: the broker stays down unless a test sets a vhost.
         amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
         admin_token: Some("test-admin-token".into()),
         inventory_url: "http://127.0.0.1:1".into(),
         idempotency_token_ttl: Duration::from_secs(3600),
+        idempotency_token_secret: None,
         request_timeout: Duration::from_secs(10),
         reconcile_after: Duration::from_secs(3600),
         reconcile_every: Duration::from_secs(3600),

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use order_service::signed_token::{TokenSecret, TokenSigner};
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, assert_problem, eventually, order_body, random_uuid};
@@ -235,4 +236,141 @@ async fn the_same_request_while_the_first_is_in_flight_gets_409_with_retry_after
     );
     assert_problem(response, 409, "request-in-progress").await;
     assert_eq!(app.count("orders").await, 0);
+}
+
+/// A token of this app's own signing (its secret is in the app's database), never stored in
+/// Redis: what an issued token looks like once Redis forgot it.
+async fn signed_token(app: &TestApp, expires_at: chrono::DateTime<chrono::Utc>) -> String {
+    let secret: Vec<u8> = sqlx::query_scalar("SELECT secret FROM idempotency_token_secret")
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("the secret the app generated");
+    TokenSigner::new(TokenSecret::new(secret))
+        .mint(expires_at)
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outcome_not_400() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let body = order_body(1, 1001, 2);
+    let fingerprint = order_service::domain::fingerprint::of_json(&body);
+    // Request A: claimed the token, and its statement is running but not committed.
+    app.set_token_state(
+        &token,
+        &format!(
+            "inflight:{fingerprint}:{}",
+            chrono::Utc::now().timestamp_millis()
+        ),
+    )
+    .await;
+    let order_id = uuid::Uuid::new_v4();
+    let first_body = format!(r#"{{"order_id":"{order_id}","status":"PENDING"}}"#);
+    let mut a = app.db.pool.begin().await.expect("A's transaction");
+    sqlx::query(
+        "INSERT INTO orders (order_id, user_id, items, amount) \
+         VALUES ($1, 1, '[{\"product_id\": 1001, \"quantity\": 2}]', 10.5)",
+    )
+    .bind(order_id)
+    .execute(&mut *a)
+    .await
+    .expect("A's order");
+    sqlx::query(
+        "INSERT INTO idempotency_keys (token, fingerprint, order_id, response_status, response_body) \
+         VALUES ($1, $2, $3, 202, $4)",
+    )
+    .bind(uuid::Uuid::parse_str(&token).expect("a uuid"))
+    .bind(&fingerprint)
+    .bind(order_id)
+    .bind(first_body.as_bytes())
+    .execute(&mut *a)
+    .await
+    .expect("A's outcome");
+
+    // Redis loses its keys; request B repeats A.
+    app.forget_redis().await;
+    let b = tokio::spawn({
+        let (client, url, token, body) = (
+            app.client.clone(),
+            app.url("/orders"),
+            token.clone(),
+            body.to_string(),
+        );
+        async move {
+            client
+                .post(url)
+                .header("content-type", "application/json")
+                .header("Idempotency-Key", token)
+                .body(body)
+                .send()
+                .await
+                .expect("B's request")
+        }
+    });
+    // B claims the token again and its insert waits on A's uncommitted key (unless B was
+    // answered without reaching the database: then its answer is checked below).
+    eventually(Duration::from_secs(10), || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("pg_stat_activity");
+        (waiting > 0 || b.is_finished()).then_some(())
+    })
+    .await;
+    a.commit().await.expect("A commits");
+
+    let b = b.await.expect("B's task");
+    assert_ne!(b.status(), 400, "a token in flight is never unknown");
+    assert_eq!(b.status(), 202);
+    assert_eq!(b.headers()["idempotent-replayed"], "true");
+    assert_eq!(b.text().await.expect("body"), first_body);
+    assert_eq!(app.count("orders").await, 1);
+}
+
+#[tokio::test]
+async fn an_issued_token_redis_forgot_before_its_use_is_accepted_once() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    app.forget_redis().await;
+    let body = order_body(1, 1001, 2);
+    let first = app.post_order(&token, &body).await;
+    assert_eq!(first.status(), 202);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first_body = first.bytes().await.expect("body");
+    let again = app.post_order(&token, &body).await;
+    assert_eq!(again.status(), 202);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.bytes().await.expect("body"), first_body);
+    assert_problem(
+        app.post_order(&token, &order_body(1, 1001, 3)).await,
+        422,
+        "idempotency-key-reused",
+    )
+    .await;
+    assert_eq!(app.count("orders").await, 1);
+}
+
+#[tokio::test]
+async fn tokens_redis_does_not_know_are_unknown_unless_signed_here_and_unexpired() {
+    let app = TestApp::spawn().await;
+    let body = order_body(1, 1001, 1);
+    let expired = signed_token(&app, chrono::Utc::now() - chrono::Duration::seconds(1)).await;
+    let other_secret = TokenSigner::new(TokenSecret::generate())
+        .mint(chrono::Utc::now() + chrono::Duration::hours(1))
+        .to_string();
+    for token in [random_uuid(), expired, other_secret] {
+        assert_problem(
+            app.post_order(&token, &body).await,
+            400,
+            "unknown-idempotency-key",
+        )
+        .await;
+    }
+    assert_eq!(app.count("orders").await, 0);
+    let live = signed_token(&app, chrono::Utc::now() + chrono::Duration::hours(1)).await;
+    assert_eq!(app.post_order(&live, &body).await.status(), 202);
 }

@@ -13,6 +13,7 @@ mod outbox;
 mod process;
 mod reconciliation;
 mod recovery;
+mod redis_hung;
 mod settings;
 mod vacuum;
 mod validation;

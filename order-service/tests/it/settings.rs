@@ -22,6 +22,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("DATABASE_MAX_CONNECTIONS", "0"),
     ("IDEMPOTENCY_TOKEN_TTL_SECS", "soon"),
     ("REQUEST_TIMEOUT_SECS", "0"),
+    ("REDIS_TIMEOUT_MS", "0"),
+    ("IDEMPOTENCY_TOKEN_SECRET", "too short"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "http://127.0.0.1:5672"),
 ];

@@ -1,0 +1,104 @@
+//! A Redis that stops answering (`SIGSTOP`): after one call times out, token requests are
+//! answered 503 `not-ready` without asking Redis again, a used token still replays from
+//! PostgreSQL, and everything works again once Redis answers.
+
+use std::time::Duration;
+
+use platform::private_redis::PrivateRedis;
+
+use crate::helpers::{TestApp, assert_problem, eventually, order_body};
+
+/// Calls of `command` the private Redis has run since its statistics were reset.
+async fn calls(redis: &PrivateRedis, command: &str) -> u64 {
+    let mut conn = redis.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether `/readyz` names Redis among what is down (the broker is down in these tests).
+async fn redis_down_says_readyz(app: &TestApp) -> bool {
+    let problem = assert_problem(app.get("/readyz").await, 503, "not-ready").await;
+    problem["detail"]
+        .as_str()
+        .is_some_and(|detail| detail.contains("redis"))
+}
+
+#[tokio::test]
+async fn token_requests_answer_503_at_once_while_redis_is_stopped_and_work_when_it_answers() {
+    let mut redis = PrivateRedis::start().await;
+    let url = redis.url.clone();
+    let app = TestApp::spawn_with(|c| {
+        c.redis_url = url;
+        c.redis_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let used = app.issue_token().await;
+    let body = order_body(1, 1001, 1);
+    let first = app.post_order(&used, &body).await;
+    assert_eq!(first.status(), 202);
+    let first_body = first.bytes().await.expect("body");
+    let unused = app.issue_token().await;
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut redis.connection().await)
+        .await
+        .expect("CONFIG RESETSTAT");
+
+    redis.freeze();
+    for _ in 0..10 {
+        let refused = app
+            .client
+            .post(app.url("/idempotency-tokens"))
+            .send()
+            .await
+            .expect("POST /idempotency-tokens");
+        assert_eq!(refused.headers()["retry-after"], "1");
+        assert_problem(refused, 503, "not-ready").await;
+    }
+    assert_problem(app.post_order(&unused, &body).await, 503, "not-ready").await;
+    let replay = app.post_order(&used, &body).await;
+    assert_eq!(
+        replay.status(),
+        202,
+        "a used token is answered from PostgreSQL"
+    );
+    assert_eq!(replay.bytes().await.expect("body"), first_body);
+    assert!(redis_down_says_readyz(&app).await);
+
+    redis.resume();
+    // `/readyz` pings on the app's connection: once it is answered, so is everything the
+    // app sent while Redis was stopped.
+    eventually(Duration::from_secs(10), || async {
+        (!redis_down_says_readyz(&app).await).then_some(())
+    })
+    .await;
+    let sent_while_stopped = calls(&redis, "set").await + calls(&redis, "evalsha").await;
+    assert!(
+        sent_while_stopped <= 1,
+        "only the first token request may have waited for Redis: {sent_while_stopped} calls"
+    );
+    let token = eventually(Duration::from_secs(10), || async {
+        let issued = app
+            .client
+            .post(app.url("/idempotency-tokens"))
+            .send()
+            .await
+            .expect("POST /idempotency-tokens");
+        if issued.status() != 201 {
+            return None;
+        }
+        let issued: serde_json::Value = issued.json().await.expect("json");
+        issued["token"].as_str().map(str::to_owned)
+    })
+    .await;
+    assert_eq!(app.post_order(&token, &body).await.status(), 202);
+    assert_eq!(app.post_order(&unused, &body).await.status(), 202);
+    assert_eq!(app.count("orders").await, 3);
+}
