@@ -21,7 +21,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use platform::amqp::Broker;
-use platform::background::Messaging;
+use platform::background::{Messaging, keep_running};
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::outbox::OutboxSignal;
@@ -122,33 +122,32 @@ pub async fn serve(
         handler,
         &shutdown,
     );
-    tasks.spawn(messaging::reconcile::run(
-        state.db.clone(),
-        state.outbox.clone(),
-        ReconcileSettings {
-            inventory_url: config.inventory_url.clone(),
-            after: config.reconcile_after,
-            every: config.reconcile_every,
-            batch: 100,
-        },
-        shutdown.clone(),
-    ));
-    tasks.spawn(platform::background::keep_running(
-        "redis health",
-        shutdown.clone(),
-        {
-            let (health, redis, stop) = (
-                state.redis_health.clone(),
-                state.redis.clone(),
-                shutdown.clone(),
-            );
-            move || {
-                health
-                    .clone()
-                    .watch(redis.clone(), redis_health::CHECK_EVERY, stop.clone())
-            }
-        },
-    ));
+    let reconcile = ReconcileSettings {
+        inventory_url: config.inventory_url.clone(),
+        after: config.reconcile_after,
+        every: config.reconcile_every,
+        batch: 100,
+    };
+    // Supervised like the loops above: a round that panics must not end reconciliation,
+    // which is what recovers every lost event.
+    tasks.spawn(keep_running("reconciliation", shutdown.clone(), {
+        let (db, outbox, stop) = (state.db.clone(), state.outbox.clone(), shutdown.clone());
+        move || {
+            messaging::reconcile::run(db.clone(), outbox.clone(), reconcile.clone(), stop.clone())
+        }
+    }));
+    tasks.spawn(keep_running("redis health", shutdown.clone(), {
+        let (health, redis, stop) = (
+            state.redis_health.clone(),
+            state.redis.clone(),
+            shutdown.clone(),
+        );
+        move || {
+            health
+                .clone()
+                .watch(redis.clone(), redis_health::CHECK_EVERY, stop.clone())
+        }
+    }));
     tasks.close();
     tracing::info!(addr = %listener.local_addr()?, "order-service listening");
     axum::serve(listener, build_app(state))

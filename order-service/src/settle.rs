@@ -136,7 +136,10 @@ pub async fn cancel(
     Ok(Cancelled::Now(row, transition))
 }
 
-async fn request_release(
+/// Writes an `order.cancelled` (a new event each time) to the outbox in the caller's
+/// transaction: inventory gives back what it deducted for the order at most once, however
+/// many copies arrive.
+pub(crate) async fn request_release(
     conn: &mut PgConnection,
     order_id: OrderId,
     trace: &TraceContext,

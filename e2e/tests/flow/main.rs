@@ -3,5 +3,8 @@
 
 mod flash_sale;
 mod helpers;
+mod inventory_process;
+mod lost_cancellation;
 mod outages;
+mod paused_inventory;
 mod saga;

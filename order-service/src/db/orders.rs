@@ -168,3 +168,58 @@ pub async fn claim_stale_pending(
     .fetch_all(conn)
     .await
 }
+
+/// Records that inventory holds nothing for a cancelled order any more (its stock came back,
+/// or none was ever taken); `false` when that was already known or the order is not cancelled.
+pub async fn record_released(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE orders SET released_at = now() \
+         WHERE order_id = $1 AND status = 'CANCELLED' AND released_at IS NULL",
+    )
+    .bind(order_id.0)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Claims up to `limit` `CANCELLED` orders whose release is not recorded, cancelled (their
+/// last change) and not reconciled for `older_than`, oldest cancellation first; stamped like
+/// [`claim_stale_pending`], so an order is asked about and its cancellation sent again at
+/// most once a period, by one instance.
+pub async fn claim_stale_cancelled(
+    conn: &mut PgConnection,
+    older_than: std::time::Duration,
+    limit: i64,
+) -> sqlx::Result<Vec<OrderRow>> {
+    sqlx::query_as(
+        "UPDATE orders SET reconciled_at = now() \
+         WHERE order_id IN ( \
+             SELECT order_id FROM orders \
+             WHERE status = 'CANCELLED' AND released_at IS NULL \
+               AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at)) < now() - make_interval(secs => $1) \
+             ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at",
+    )
+    .bind(older_than.as_secs_f64())
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// Whether an `order.cancelled` of the order still waits in the outbox to be published (the
+/// partial index of pending rows keeps this to the backlog, however many rows were sent).
+pub async fn cancellation_pending(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS ( \
+             SELECT 1 FROM outbox \
+             WHERE status = 'pending' AND routing_key = $2 \
+               AND payload->'payload'->>'order_id' = $1::text)",
+    )
+    .bind(order_id.0)
+    .bind(shared::keys::ORDER_CANCELLED)
+    .fetch_one(conn)
+    .await
+}

@@ -5,12 +5,17 @@
 //! ([`settle::apply_first_verdict`]) instead of a four-round-trip transaction. Everything else
 //! (duplicates, late verdicts, a reservation for a cancelled order, releases) takes the
 //! general path.
+//!
+//! `inventory.released` records on the cancelled order that its stock is back, so
+//! reconciliation stops asking inventory about it.
 
 use platform::consumer::{HandleError, Handled, Handler, Message};
 use platform::outbox::OutboxSignal;
 use shared::events::{Envelope, InventoryEvent};
+use shared::ids::OrderId;
 use sqlx::PgPool;
 
+use crate::db;
 use crate::settle::{self, Verdict};
 
 #[derive(Debug, Clone)]
@@ -20,18 +25,25 @@ pub struct InventoryEvents {
     pub outbox: OutboxSignal,
 }
 
+/// What an event asks of its order.
+#[derive(Debug, Clone, Copy)]
+enum Effect {
+    Verdict(OrderId, Verdict),
+    /// The cancelled order's stock is back.
+    Released(OrderId),
+}
+
 impl Handler for InventoryEvents {
     async fn handle(&self, message: Message) -> Result<Handled, HandleError> {
         let envelope: Envelope<InventoryEvent> = serde_json::from_slice(&message.body)
             .map_err(|e| HandleError::Poison(format!("not an inventory event: {e}")))?;
         let kind = message.routing_key.as_str();
-        let verdict = match &envelope.event {
-            InventoryEvent::Reserved(e) => Some((e.order_id, Verdict::Reserved)),
-            InventoryEvent::Rejected(e) => Some((e.order_id, Verdict::Rejected(e.reason))),
-            // The order was cancelled before its stock came back: nothing left to change.
-            InventoryEvent::Released(_) => None,
+        let effect = match &envelope.event {
+            InventoryEvent::Reserved(e) => Effect::Verdict(e.order_id, Verdict::Reserved),
+            InventoryEvent::Rejected(e) => Effect::Verdict(e.order_id, Verdict::Rejected(e.reason)),
+            InventoryEvent::Released(e) => Effect::Released(e.order_id),
         };
-        if let Some((order_id, verdict)) = verdict {
+        if let Effect::Verdict(order_id, verdict) = effect {
             let mut conn = self.db.acquire().await?;
             let first =
                 settle::apply_first_verdict(&mut conn, order_id, verdict, envelope.event_id, kind)
@@ -45,11 +57,14 @@ impl Handler for InventoryEvents {
         if !platform::inbox::record_once(&mut tx, envelope.event_id, kind).await? {
             return Ok(Handled::Duplicate);
         }
-        let transition = match verdict {
-            Some((order_id, verdict)) => {
+        let transition = match effect {
+            Effect::Verdict(order_id, verdict) => {
                 settle::apply_verdict(&mut tx, order_id, verdict, &message.trace).await?
             }
-            None => None,
+            Effect::Released(order_id) => {
+                db::orders::record_released(&mut tx, order_id).await?;
+                None
+            }
         };
         tx.commit().await?;
         self.outbox.wake();

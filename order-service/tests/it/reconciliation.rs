@@ -1,6 +1,6 @@
-//! Reconciliation of orders left `PENDING`: settled from inventory's reservation record,
-//! or published again when inventory never saw them. Inventory is played by a small HTTP
-//! server here; the end-to-end suite runs the real one.
+//! Reconciliation of orders left `PENDING`, and of `CANCELLED` orders whose stock may still be
+//! held: settled from inventory's reservation record, or their event sent again. Inventory is
+//! played by a small HTTP server here; the end-to-end suite runs the real one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,50 +9,88 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use order_service::messaging::inventory_events::InventoryEvents;
 use order_service::messaging::reconcile::{ReconcileSettings, reconcile_once};
+use platform::consumer::{Handled, Handler, Message};
+use platform::http::TraceContext;
+use platform::outbox::OutboxSignal;
 use serde_json::{Value, json};
+use shared::events::{Envelope, InventoryEvent, StockReleased};
+use shared::ids::OrderId;
 
 use crate::helpers::{TestApp, order_body};
 
-type Reservations = Arc<Mutex<HashMap<String, Value>>>;
+/// Inventory's reservations as the stub answers them (404 for an order not in `known`), and
+/// how many times each order was asked about.
+#[derive(Clone, Default)]
+struct Inventory {
+    known: Arc<Mutex<HashMap<String, Value>>>,
+    asked: Arc<Mutex<HashMap<String, u32>>>,
+}
 
-async fn reservation(State(known): State<Reservations>, Path(order_id): Path<String>) -> Response {
-    match known.lock().expect("lock").get(&order_id) {
+impl Inventory {
+    fn answer(&self, order_id: &str, state: &str) {
+        self.known.lock().expect("lock").insert(
+            order_id.to_owned(),
+            json!({"order_id": order_id, "state": state, "items": []}),
+        );
+    }
+
+    fn asked(&self, order_id: &str) -> u32 {
+        self.asked
+            .lock()
+            .expect("lock")
+            .get(order_id)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+async fn reservation(State(inventory): State<Inventory>, Path(order_id): Path<String>) -> Response {
+    *inventory
+        .asked
+        .lock()
+        .expect("lock")
+        .entry(order_id.clone())
+        .or_default() += 1;
+    match inventory.known.lock().expect("lock").get(&order_id) {
         Some(body) => axum::Json(body.clone()).into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }
 
-async fn inventory_stub(known: Reservations) -> String {
+/// Serves `inventory`; returns reconciliation settings that look at every order at once.
+async fn inventory_stub(inventory: Inventory) -> ReconcileSettings {
     let app = axum::Router::new()
         .route("/reservations/{order_id}", axum::routing::get(reservation))
-        .with_state(known);
+        .with_state(inventory);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+    ReconcileSettings {
+        inventory_url: url,
+        after: Duration::ZERO,
+        every: Duration::from_secs(3600),
+        batch: 100,
+    }
+}
+
+fn id(order: &Value) -> String {
+    order["order_id"].as_str().expect("id").to_owned()
 }
 
 #[tokio::test]
 async fn stale_pending_orders_are_settled_or_published_again() {
     let app = TestApp::spawn().await;
-    let known = Reservations::default();
-    let settings = ReconcileSettings {
-        inventory_url: inventory_stub(known.clone()).await,
-        after: Duration::ZERO,
-        every: Duration::from_secs(3600),
-        batch: 100,
-    };
+    let inventory = Inventory::default();
+    let known = inventory.known.clone();
+    let settings = inventory_stub(inventory.clone()).await;
     let reserved = app.create_order(&order_body(1, 1001, 1)).await;
     let rejected = app.create_order(&order_body(1, 1002, 1)).await;
     let unseen = app.create_order(&order_body(1, 1003, 1)).await;
-    let id = |o: &Value| o["order_id"].as_str().expect("id").to_owned();
-    known.lock().expect("lock").insert(
-        id(&reserved),
-        json!({"order_id": id(&reserved), "state": "APPLIED", "items": []}),
-    );
+    inventory.answer(&id(&reserved), "APPLIED");
     known.lock().expect("lock").insert(
         id(&rejected),
         json!({"order_id": id(&rejected), "state": "REJECTED", "items": [], "rejection_reason": "unknown_product"}),
@@ -95,4 +133,175 @@ async fn an_unreachable_inventory_changes_nothing() {
         "PENDING"
     );
     assert_eq!(app.count("outbox").await, 1);
+}
+
+/// A cancelled order whose first `order.cancelled` went `dead` in the outbox.
+async fn cancelled_with_a_dead_cancellation(app: &TestApp, product_id: i64) -> String {
+    let order = id(&app.create_order(&order_body(1, product_id, 1)).await);
+    assert_eq!(app.cancel(&order).await.status(), 200);
+    let dead = sqlx::query(
+        "UPDATE outbox SET status = 'dead' \
+         WHERE routing_key = 'order.cancelled' AND payload->'payload'->>'order_id' = $1",
+    )
+    .bind(&order)
+    .execute(&app.db.pool)
+    .await
+    .expect("dead");
+    assert_eq!(dead.rows_affected(), 1);
+    order
+}
+
+/// `order.cancelled` rows of the order, as (all, still pending).
+async fn cancellations(app: &TestApp, order_id: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'pending') FROM outbox \
+         WHERE routing_key = 'order.cancelled' AND payload->'payload'->>'order_id' = $1",
+    )
+    .bind(order_id)
+    .fetch_one(&app.db.pool)
+    .await
+    .expect("cancellations")
+}
+
+async fn release_recorded(app: &TestApp, order_id: &str) -> bool {
+    sqlx::query_scalar("SELECT released_at IS NOT NULL FROM orders WHERE order_id = $1::uuid")
+        .bind(order_id)
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("released_at")
+}
+
+/// Marks every pending `order.cancelled` sent, as the relay does once the broker confirmed it.
+async fn publish_cancellations(app: &TestApp) {
+    sqlx::query(
+        "UPDATE outbox SET status = 'sent', sent_at = now() \
+         WHERE routing_key = 'order.cancelled' AND status = 'pending'",
+    )
+    .execute(&app.db.pool)
+    .await
+    .expect("sent");
+}
+
+#[tokio::test]
+async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_released_the_stock() {
+    let app = TestApp::spawn().await;
+    let inventory = Inventory::default();
+    let settings = inventory_stub(inventory.clone()).await;
+    let client = reqwest::Client::new();
+    let order = cancelled_with_a_dead_cancellation(&app, 1001).await;
+    inventory.answer(&order, "APPLIED");
+
+    let young = ReconcileSettings {
+        after: Duration::from_secs(3600),
+        ..settings.clone()
+    };
+    let looked_at = reconcile_once(&app.db.pool, &client, &young)
+        .await
+        .expect("round");
+    assert_eq!(
+        (looked_at, inventory.asked(&order)),
+        (0, 0),
+        "a recent cancellation is left to the events"
+    );
+
+    let looked_at = reconcile_once(&app.db.pool, &client, &settings)
+        .await
+        .expect("round");
+    assert_eq!(looked_at, 1);
+    assert_eq!(
+        cancellations(&app, &order).await,
+        (2, 1),
+        "the dead one and a new one"
+    );
+
+    // The new one has not left the outbox yet: asking again sends no third.
+    reconcile_once(&app.db.pool, &client, &settings)
+        .await
+        .expect("round");
+    assert_eq!(inventory.asked(&order), 2);
+    assert_eq!(cancellations(&app, &order).await, (2, 1));
+
+    // Published, and inventory still holds the stock: sent again.
+    publish_cancellations(&app).await;
+    reconcile_once(&app.db.pool, &client, &settings)
+        .await
+        .expect("round");
+    assert_eq!(cancellations(&app, &order).await, (3, 1));
+    assert!(!release_recorded(&app, &order).await);
+
+    // Inventory released it: recorded, and neither asked nor sent again.
+    publish_cancellations(&app).await;
+    inventory.answer(&order, "RELEASED");
+    reconcile_once(&app.db.pool, &client, &settings)
+        .await
+        .expect("round");
+    assert!(release_recorded(&app, &order).await);
+    let looked_at = reconcile_once(&app.db.pool, &client, &settings)
+        .await
+        .expect("round");
+    assert_eq!((looked_at, inventory.asked(&order)), (0, 4));
+    assert_eq!(cancellations(&app, &order).await, (3, 0));
+}
+
+#[tokio::test]
+async fn a_cancelled_order_is_settled_by_what_inventory_holds_for_it() {
+    let app = TestApp::spawn().await;
+    let inventory = Inventory::default();
+    let settings = inventory_stub(inventory.clone()).await;
+    let unseen = cancelled_with_a_dead_cancellation(&app, 1001).await;
+    let tombstoned = cancelled_with_a_dead_cancellation(&app, 1002).await;
+    let rejected = cancelled_with_a_dead_cancellation(&app, 1003).await;
+    inventory.answer(&tombstoned, "CANCELLED");
+    inventory.answer(&rejected, "REJECTED");
+
+    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
+    assert_eq!(looked_at, 3);
+    // Never seen by inventory: the cancellation must still reach it, to leave a tombstone.
+    assert_eq!(cancellations(&app, &unseen).await, (2, 1));
+    assert!(!release_recorded(&app, &unseen).await);
+    for nothing_held in [&tombstoned, &rejected] {
+        assert_eq!(cancellations(&app, nothing_held).await, (1, 0));
+        assert!(release_recorded(&app, nothing_held).await);
+    }
+    assert_eq!(app.order_status(&unseen).await, "CANCELLED");
+}
+
+#[tokio::test]
+async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_again() {
+    let app = TestApp::spawn().await;
+    let inventory = Inventory::default();
+    let settings = inventory_stub(inventory.clone()).await;
+    let order = id(&app.create_order(&order_body(1, 1001, 2)).await);
+    assert_eq!(app.cancel(&order).await.status(), 200);
+    let handler = InventoryEvents {
+        db: app.db.pool.clone(),
+        outbox: OutboxSignal::default(),
+    };
+    let released = Envelope::new(InventoryEvent::Released(StockReleased {
+        order_id: OrderId(order.parse().expect("uuid")),
+        items: Vec::new(),
+    }));
+    let delivery = || Message {
+        routing_key: "inventory.released".into(),
+        body: serde_json::to_vec(&released).expect("json"),
+        trace: TraceContext::new_root(),
+        previous_deliveries: 0,
+    };
+    assert_eq!(
+        handler.handle(delivery()).await.expect("handled"),
+        Handled::Applied
+    );
+    assert!(release_recorded(&app, &order).await);
+    assert_eq!(
+        handler.handle(delivery()).await.expect("handled"),
+        Handled::Duplicate
+    );
+
+    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
+    assert_eq!((looked_at, inventory.asked(&order)), (0, 0));
+    assert_eq!(cancellations(&app, &order).await.0, 1);
 }

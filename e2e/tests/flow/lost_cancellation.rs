@@ -1,0 +1,75 @@
+//! A cancellation whose message was lost: reconciliation sends it again, the stock comes back
+//! once, and the release is recorded so the order is not asked about again (SPEC §4.2).
+
+use std::time::Duration;
+
+use serde_json::json;
+use shared::keys;
+
+use crate::helpers::{Stack, eventually, id};
+
+#[tokio::test]
+async fn a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once() {
+    let mut stack = Stack::spawn_with(true, |c| {
+        c.reconcile_after = Duration::from_millis(300);
+        c.reconcile_every = Duration::from_millis(200);
+    })
+    .await;
+    stack.create_product(1001, 10).await;
+    let kept = stack
+        .place(json!([{"product_id": 1001, "quantity": 2}]))
+        .await;
+    let cancelled = stack
+        .place(json!([{"product_id": 1001, "quantity": 3}]))
+        .await;
+    for order in [&kept, &cancelled] {
+        assert_eq!(stack.settled(&id(order)).await["status"], "CONFIRMED");
+    }
+    assert_eq!(stack.stock(1001).await, 5);
+
+    stack.stop_inventory().await;
+    assert_eq!(stack.cancel(&id(&cancelled)).await["status"], "CANCELLED");
+    // The cancellation reaches the queue and is lost there (taken by someone else). A creation
+    // reconciliation published again while the order was young may be queued too; losing
+    // it changes nothing, inventory applied the order already.
+    let probe = stack.probe().await;
+    eventually(Duration::from_secs(10), || async {
+        let taken = probe.get(keys::INVENTORY_ORDER_EVENTS_QUEUE).await?;
+        (taken.routing_key == keys::ORDER_CANCELLED).then_some(())
+    })
+    .await;
+    stack.start_inventory().await;
+
+    // Sent again by reconciliation, released by inventory, and that recorded by order-service
+    // (from inventory.released or the next round's answer): no more rounds for this order.
+    eventually(Duration::from_secs(30), || async {
+        let released_at: Option<chrono::DateTime<chrono::Utc>> =
+            sqlx::query_scalar("SELECT released_at FROM orders WHERE order_id = $1::uuid")
+                .bind(id(&cancelled))
+                .fetch_one(&stack.order_db.pool)
+                .await
+                .expect("released_at");
+        released_at
+    })
+    .await;
+    let reservation = stack
+        .reservation(&id(&cancelled))
+        .await
+        .expect("reservation");
+    assert_eq!(reservation["state"], "RELEASED");
+    assert_eq!(stack.stock(1001).await, 8, "the 3 units back, once");
+    // Invariant 1: initial stock − final stock = units of the confirmed, uncancelled orders.
+    assert_eq!(10 - stack.stock(1001).await, 2);
+    assert_eq!(stack.order(&id(&kept)).await["status"], "CONFIRMED");
+    let sent: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'")
+            .fetch_one(&stack.order_db.pool)
+            .await
+            .expect("count");
+    assert!(
+        sent >= 2,
+        "the lost cancellation and at least one sent again"
+    );
+    let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
+    assert_eq!(probe.ready(&dlq).await, 0);
+}

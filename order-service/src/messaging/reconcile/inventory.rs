@@ -1,0 +1,80 @@
+//! What inventory's `GET /reservations/{order_id}` says about an order.
+
+use anyhow::Context;
+use serde::Deserialize;
+use shared::events::RejectionReason;
+use shared::ids::OrderId;
+
+/// Inventory's record of what it did with an order's stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub(super) enum ReservationState {
+    /// Stock deducted and still held.
+    Applied,
+    /// Nothing deducted.
+    Rejected,
+    /// Deducted, then given back after the cancellation.
+    Released,
+    /// The cancellation came first: a tombstone, nothing will be deducted.
+    Cancelled,
+}
+
+impl ReservationState {
+    /// Whether inventory holds no stock for the order, for good.
+    pub(super) fn holds_nothing(self) -> bool {
+        self != Self::Applied
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Reservation {
+    pub state: ReservationState,
+    #[serde(default)]
+    pub rejection_reason: Option<RejectionReason>,
+}
+
+#[derive(Debug)]
+pub(super) enum Answer {
+    Known(Reservation),
+    /// 404: inventory saw no event of the order.
+    Unknown,
+    /// Inventory did not answer: the events wait in its queue; ask again next period.
+    Unreachable,
+    Unexpected(u16),
+}
+
+pub(super) struct Inventory<'a> {
+    client: &'a reqwest::Client,
+    base: &'a str,
+}
+
+impl<'a> Inventory<'a> {
+    pub(super) fn new(client: &'a reqwest::Client, base: &'a str) -> Self {
+        Self {
+            client,
+            base: base.trim_end_matches('/'),
+        }
+    }
+
+    pub(super) async fn reservation(&self, order_id: OrderId) -> anyhow::Result<Answer> {
+        let url = format!("{}/reservations/{}", self.base, order_id.0);
+        let response = match self.client.get(&url).send().await {
+            Ok(response) => response,
+            Err(error) => {
+                tracing::debug!(%error, "inventory unreachable during reconciliation");
+                return Ok(Answer::Unreachable);
+            }
+        };
+        match response.status().as_u16() {
+            200 => {
+                let reservation = response
+                    .json()
+                    .await
+                    .with_context(|| format!("reading the reservation of order {order_id}"))?;
+                Ok(Answer::Known(reservation))
+            }
+            404 => Ok(Answer::Unknown),
+            status => Ok(Answer::Unexpected(status)),
+        }
+    }
+}
