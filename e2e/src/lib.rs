@@ -1,1 +1,1 @@
-//! End-to-end tests live in `tests/`; this crate has no code of its own.
+//! End-to-end tests live in `tests/`; `src/bin/` holds the one process they start.

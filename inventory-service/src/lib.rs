@@ -147,3 +147,17 @@ pub async fn serve(
     tasks.wait().await;
     served
 }
+
+/// The whole process: configuration from the environment, bind `HTTP_ADDR`, serve until
+/// SIGTERM or SIGINT. The binary's `main`; also what tests run when they need the service in a
+/// process of its own (to pause it, or to read metrics that are its alone).
+pub async fn run_from_env() -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    let shutdown = platform::shutdown::on_signal();
+    let listener = TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding HTTP_ADDR {}", config.http_addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "inventory-service listening");
+    let state = build_state(config).await?;
+    serve(state, listener, shutdown).await
+}

@@ -1,10 +1,9 @@
 //! inventory-service in a process of its own: a test can pause it with `SIGSTOP` and read
 //! metrics that are its alone (in the test process one metrics registry serves every test).
 //!
-//! Cargo hands a test the paths of its own package's binaries only, so this suite starts its
-//! own executable again, running just [`inventory_service_process`], which wires
-//! inventory-service exactly as the binary's `main` does (configuration from the environment,
-//! shutdown on SIGTERM).
+//! It runs this package's `inventory-service-process` binary, which wires the service exactly
+//! as inventory-service's own binary does (configuration from the environment, shutdown on
+//! SIGTERM).
 
 use std::process::Child;
 use std::time::Duration;
@@ -14,9 +13,6 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::ADMIN;
-
-/// Set in the child's environment: only there does the entry point below serve.
-const CHILD: &str = "E2E_INVENTORY_PROCESS";
 
 pub struct InventoryProcess {
     child: Child,
@@ -29,21 +25,11 @@ impl InventoryProcess {
     pub async fn start(db: &TestDatabase, vhost: &TestVhost) -> Self {
         let port = testing::free_port();
         let child = testing::service_command(
-            std::env::current_exe()
-                .expect("the test executable")
-                .to_str()
-                .expect("a UTF-8 path"),
+            env!("CARGO_BIN_EXE_inventory-service-process"),
             &db.url,
             &vhost.url,
             &testing::redis_prefix(),
         )
-        .args([
-            "inventory_process::inventory_service_process",
-            "--exact",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", ADMIN)
         .spawn()
@@ -138,21 +124,4 @@ impl Drop for InventoryProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The child's entry point; in the suite's own run it returns at once.
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "started by InventoryProcess::start, in a process of its own"]
-async fn inventory_service_process() {
-    if std::env::var_os(CHILD).is_none() {
-        return;
-    }
-    let config = inventory_service::Config::from_env().expect("configuration");
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .expect("bind HTTP_ADDR");
-    let state = inventory_service::build_state(config).await.expect("state");
-    inventory_service::serve(state, listener, platform::shutdown::on_signal())
-        .await
-        .expect("serve");
 }
