@@ -179,11 +179,8 @@ fn parse_cursor(raw: &str) -> Result<ProductId, Invalid> {
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, Invalid> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let raw = value
-        .to_str()
-        .map_err(|_| Invalid::new("the Idempotency-Key header must be visible ASCII"))?;
-    IdempotencyKey::parse(raw).map(Some)
+    platform::http::extract::header_text(headers, "Idempotency-Key")
+        .map_err(|problem| Invalid::new(problem.detail))?
+        .map(IdempotencyKey::parse)
+        .transpose()
 }

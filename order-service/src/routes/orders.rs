@@ -45,7 +45,7 @@ pub async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
+    let key = platform::http::extract::header_text(&headers, "Idempotency-Key")?;
     let token = place_order::parse_token(key)?;
     let placed = place_order::place(&state, token, &body, &trace).await?;
     let response = placed.response;

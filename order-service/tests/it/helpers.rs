@@ -62,6 +62,7 @@ impl TestApp {
             reconcile_after: Duration::from_secs(3600),
             reconcile_every: Duration::from_secs(3600),
             messaging: Default::default(),
+            rate_limit: Default::default(),
         };
         configure(&mut config);
         let listener = tokio::net::TcpListener::bind(config.http_addr)

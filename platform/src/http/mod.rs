@@ -8,9 +8,11 @@ pub mod health;
 pub mod metrics;
 pub mod outbox_admin;
 pub mod pagination;
+pub mod rate_limit;
 pub mod trace;
 
 pub use admin::{AdminAuth, AdminToken};
 pub use edge::{BODY_LIMIT_BYTES, with_edge};
 pub use extract::{Json, Path, Query};
+pub use rate_limit::RateLimit;
 pub use trace::TraceContext;

@@ -127,7 +127,13 @@ pub async fn retry(
     Ok(Json(row))
 }
 
+/// A saturated pool is overload (503 `busy`; the edge adds `Retry-After`); anything else is
+/// logged and answered 500 without detail.
 fn internal(error: sqlx::Error) -> Problem {
+    if matches!(error, sqlx::Error::PoolTimedOut) {
+        tracing::warn!("outbox admin request refused as busy: the database pool is exhausted");
+        return Problem::busy("the database is busy; retry shortly");
+    }
     tracing::error!(%error, "outbox admin query failed");
     Problem::internal()
 }
