@@ -75,7 +75,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 /// The HTTP API with its edge middleware, Swagger UI and OpenAPI document.
 pub fn build_app(state: AppState) -> Router {
     let (timeout, rate_limit) = (state.config.request_timeout, state.config.rate_limit);
-    let (router, spec) = openapi::router().split_for_parts();
+    let (router, spec) = openapi::split();
     let router = router
         .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
         .with_state(state);

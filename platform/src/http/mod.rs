@@ -6,6 +6,7 @@ pub mod edge;
 pub mod extract;
 pub mod health;
 pub mod metrics;
+pub mod openapi;
 pub mod outbox_admin;
 pub mod pagination;
 pub mod rate_limit;

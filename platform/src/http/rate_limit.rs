@@ -19,7 +19,7 @@ use shared::Problem;
 
 /// Paths never limited: probes and scrapers must see the service even while clients are
 /// being refused.
-const EXEMPT: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+pub const EXEMPT: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 /// Buckets kept before the idle ones are swept (the threshold then doubles with what is left).
 const FIRST_SWEEP_AT: usize = 1024;
