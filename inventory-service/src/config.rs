@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use platform::config::{self, MessagingConfig};
+use platform::http::RateLimit;
 
 /// Everything the service reads from its environment, read once at start.
 #[derive(Debug, Clone)]
@@ -39,6 +40,9 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Relay, consumer and retention knobs (see `platform::config::MessagingConfig`).
     pub messaging: MessagingConfig,
+    /// `RATE_LIMIT_PER_SEC` (0: off, the default) and `RATE_LIMIT_BURST` (0 or unset: the
+    /// rate), per client address.
+    pub rate_limit: RateLimit,
 }
 
 impl Default for Config {
@@ -57,6 +61,7 @@ impl Default for Config {
             lock_wait: Duration::from_millis(5_000),
             request_timeout: Duration::from_secs(10),
             messaging: MessagingConfig::default(),
+            rate_limit: RateLimit::default(),
         }
     }
 }
@@ -84,6 +89,7 @@ impl Config {
             lock_wait: config::millis_at_least("LOCK_WAIT_MS", 5_000, 1)?,
             request_timeout: config::positive_secs("REQUEST_TIMEOUT_SECS", 10)?,
             messaging: MessagingConfig::from_env()?,
+            rate_limit: RateLimit::from_env()?,
         })
     }
 }

@@ -62,12 +62,7 @@ impl ApiError {
                 "Idempotency key reused",
                 detail.clone(),
             ),
-            Self::Busy(detail) => Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
-                "Busy",
-                detail.clone(),
-            ),
+            Self::Busy(detail) => Problem::busy(detail.clone()),
             Self::Database(_) | Self::Unexpected(_) => Problem::internal(),
         }
     }

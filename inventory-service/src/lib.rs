@@ -5,6 +5,7 @@
 //! [`build_state`] connects everything, [`build_app`] routes, [`serve`] runs until its
 //! shutdown token fires and then drains.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -90,8 +91,8 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 /// The whole HTTP API, behind the shared edge (request ids, tracing, metrics, problem+json
 /// fallbacks, body limit, timeout).
 pub fn build_app(state: AppState) -> Router {
-    let timeout = state.config.request_timeout;
-    platform::http::with_edge(routes::router(state), timeout)
+    let (timeout, rate_limit) = (state.config.request_timeout, state.config.rate_limit);
+    platform::http::with_edge(routes::router(state), timeout, rate_limit)
 }
 
 /// Serves `listener` and runs the background tasks (broker supervisor, outbox relay and
@@ -138,7 +139,9 @@ pub async fn serve(
         },
     ));
     tasks.close();
-    let served = axum::serve(listener, build_app(state))
+    // With each connection's peer address, which the rate limits key on.
+    let app = build_app(state).into_make_service_with_connect_info::<SocketAddr>();
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await
         .context("serving HTTP");

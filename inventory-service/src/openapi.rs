@@ -18,7 +18,11 @@ use utoipa::{Modify, OpenApi};
         (name = "reservations", description = "What happened to each order's stock"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
-    components(schemas(shared::Problem, shared::events::LineItem)),
+    components(schemas(
+        shared::Problem,
+        shared::events::LineItem,
+        platform::http::outbox_admin::OutboxStatus
+    )),
     modifiers(&AdminBearer),
 )]
 pub struct ApiDoc;
@@ -41,7 +45,7 @@ impl Modify for AdminBearer {
 
 /// The whole document, built without any connection.
 pub fn spec() -> utoipa::openapi::OpenApi {
-    crate::routes::api().into_openapi()
+    crate::routes::split().1
 }
 
 /// The document as pretty JSON, as committed under `openapi/`.

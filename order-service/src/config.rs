@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use platform::config::{self as env, MessagingConfig};
+use platform::http::RateLimit;
 
 use crate::signed_token::TokenSecret;
 
@@ -45,6 +46,8 @@ pub struct Config {
     pub reconcile_every: Duration,
     /// Relay, consumer and retention knobs (see `platform::config::MessagingConfig`).
     pub messaging: MessagingConfig,
+    /// `RATE_LIMIT_PER_SEC` (0: off) and `RATE_LIMIT_BURST` (0: the rate), per client address.
+    pub rate_limit: RateLimit,
 }
 
 impl Config {
@@ -69,6 +72,7 @@ impl Config {
             reconcile_after: env::positive_secs("RECONCILE_AFTER_SECS", 30)?,
             reconcile_every: env::positive_secs("RECONCILE_EVERY_SECS", 10)?,
             messaging: MessagingConfig::from_env()?,
+            rate_limit: RateLimit::from_env()?,
         })
     }
 }

@@ -16,6 +16,7 @@ pub mod settle;
 pub mod signed_token;
 pub mod state;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -88,12 +89,12 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 
 /// The HTTP API with its edge middleware, Swagger UI and OpenAPI document.
 pub fn build_app(state: AppState) -> Router {
-    let timeout = state.config.request_timeout;
-    let (router, spec) = openapi::router().split_for_parts();
+    let (timeout, rate_limit) = (state.config.request_timeout, state.config.rate_limit);
+    let (router, spec) = openapi::split();
     let router = router
         .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
         .with_state(state);
-    platform::http::with_edge(router, timeout)
+    platform::http::with_edge(router, timeout, rate_limit)
 }
 
 /// Serves `listener` and runs the background loops until `shutdown`; then stops accepting,
@@ -150,7 +151,9 @@ pub async fn serve(
     }));
     tasks.close();
     tracing::info!(addr = %listener.local_addr()?, "order-service listening");
-    axum::serve(listener, build_app(state))
+    // With each connection's peer address, which the rate limits key on.
+    let app = build_app(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await
         .context("serving HTTP")?;

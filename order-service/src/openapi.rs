@@ -1,7 +1,7 @@
 //! The OpenAPI 3.1 document, built from the handlers' annotations without any connection.
 
-use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::state::AppState;
@@ -17,7 +17,11 @@ use crate::state::AppState;
         (name = "orders", description = "Idempotent order creation, lookup and listing"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
-    components(schemas(shared::Problem)),
+    components(schemas(
+        shared::Problem,
+        crate::routes::OrderBody,
+        platform::http::outbox_admin::OutboxStatus
+    )),
     modifiers(&AdminAuth)
 )]
 struct ApiDoc;
@@ -45,7 +49,15 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi()).merge(crate::routes::router())
 }
 
+/// The routes and their finished document: the edge's answers (429, 500, 503) are added once
+/// every route is in, since a modifier of `ApiDoc` would run before any path exists.
+pub fn split() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
+    let (routes, mut spec) = router().split_for_parts();
+    platform::http::openapi::EdgeResponses.modify(&mut spec);
+    (routes, spec)
+}
+
 /// The document alone, as served at `/openapi.json` and committed under `openapi/`.
 pub fn spec() -> utoipa::openapi::OpenApi {
-    router().split_for_parts().1
+    split().1
 }

@@ -29,6 +29,32 @@ pub fn service_command(
     command
 }
 
+/// A child process that is killed when this guard drops, so a failing test leaves no service
+/// running behind it.
+#[derive(Debug)]
+pub struct KilledOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KilledOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KilledOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        // A stopped process dies of SIGKILL too; `kill` fails harmlessly if it already exited.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `command` (a [`service_command`] with one bad setting added) and expects it to
 /// refuse to start: returns what it wrote to stderr once it exited with a failure. Panics if
 /// it exits 0, or is still running after 20 s (the setting was accepted and it serves).

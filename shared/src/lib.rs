@@ -1,9 +1,11 @@
 //! What order-service and inventory-service must agree on, and nothing more:
-//! typed ids, the event contract, broker and Redis names, and the problem+json body.
+//! typed ids, the event contract, broker and Redis names, and the problem+json body, and the rule
+//! every client string passes.
 
 pub mod events;
 pub mod ids;
 pub mod keys;
 pub mod problem;
+pub mod text;
 
 pub use problem::Problem;

@@ -77,6 +77,12 @@ impl Problem {
         )
     }
 
+    /// 503 `busy`: the service is overloaded (locks, database connections); the request
+    /// changed nothing and may be sent again after `Retry-After`.
+    pub fn busy(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy", detail)
+    }
+
     pub fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,

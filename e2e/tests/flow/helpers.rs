@@ -86,6 +86,7 @@ impl Stack {
             reconcile_after: Duration::from_secs(3600),
             reconcile_every: Duration::from_secs(3600),
             messaging: Default::default(),
+            rate_limit: Default::default(),
         };
         configure_orders(&mut order_config);
         let orders = start_orders(order_config).await;

@@ -83,6 +83,7 @@ pub struct DeductionId(String);
 
 impl DeductionId {
     pub fn parse(raw: &str) -> Result<Self, Invalid> {
+        shared::text::check("deduction_id", raw).map_err(Invalid)?;
         let chars = raw.chars().count();
         if raw.trim().is_empty() {
             return Err(Invalid::new("deduction_id must not be blank"));

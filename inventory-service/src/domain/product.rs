@@ -42,6 +42,7 @@ pub struct NewProduct {
 impl NewProduct {
     pub fn parse(product_id_raw: i64, name: &str, stock: i64) -> Result<Self, Invalid> {
         let product_id = product_id(product_id_raw)?;
+        shared::text::check("name", name).map_err(Invalid)?;
         let name = name.trim();
         let chars = name.chars().count();
         if chars == 0 {
@@ -91,6 +92,7 @@ pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
     pub fn parse(raw: &str) -> Result<Self, Invalid> {
+        shared::text::check("the Idempotency-Key header", raw).map_err(Invalid)?;
         let chars = raw.chars().count();
         if raw.trim().is_empty() {
             return Err(Invalid::new("the Idempotency-Key header must not be blank"));
@@ -131,6 +133,10 @@ mod tests {
             (1, &long, 1),
             (1, "a", -1),
             (1, "a", MAX_INITIAL_STOCK + 1),
+            (1, "nul\u{0}byte", 1),
+            (1, "tab\there", 1),
+            (1, "del\u{7f}", 1),
+            (1, "trailing newline\n", 1),
         ];
         for (id, name, stock) in cases {
             assert!(
@@ -156,5 +162,7 @@ mod tests {
         assert!(IdempotencyKey::parse(&"k".repeat(256)).is_err());
         assert!(IdempotencyKey::parse("").is_err());
         assert!(IdempotencyKey::parse("  ").is_err());
+        assert!(IdempotencyKey::parse("k\t1").is_err());
+        assert!(IdempotencyKey::parse("k\u{0}").is_err());
     }
 }

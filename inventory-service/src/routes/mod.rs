@@ -2,7 +2,7 @@
 //! registered through `utoipa-axum`, so the OpenAPI document cannot miss one.
 
 use axum::Router;
-use utoipa::OpenApi;
+use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
@@ -30,9 +30,17 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(health::metrics))
 }
 
+/// The routes and their finished document: the edge's answers (429, 500, 503) are added once
+/// every route is in, since a modifier of `ApiDoc` would run before any path exists.
+pub fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let (routes, mut spec) = api().split_for_parts();
+    platform::http::openapi::EdgeResponses.modify(&mut spec);
+    (routes, spec)
+}
+
 /// The routed API plus `/openapi.json` and the Swagger UI at `/docs`.
 pub fn router(state: AppState) -> Router {
-    let (router, spec) = api().split_for_parts();
+    let (router, spec) = split();
     router
         .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
         .with_state(state)

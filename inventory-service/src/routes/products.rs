@@ -47,11 +47,12 @@ pub struct RestockBody {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// Page size: default 20, values above 100 are capped to 100; 0, negative or
+    /// Page size: default 20; values above 100 are accepted and capped to 100; 0, negative or
     /// non-numeric values are refused with 422.
     #[param(value_type = Option<i64>, minimum = 1, example = 20)]
     pub limit: Option<String>,
-    /// The `next` cursor of the previous page.
+    /// An opaque cursor: the `next` of the previous page, passed back unchanged. Anything
+    /// else is refused with 422.
     pub after: Option<String>,
 }
 
@@ -179,11 +180,8 @@ fn parse_cursor(raw: &str) -> Result<ProductId, Invalid> {
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, Invalid> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let raw = value
-        .to_str()
-        .map_err(|_| Invalid::new("the Idempotency-Key header must be visible ASCII"))?;
-    IdempotencyKey::parse(raw).map(Some)
+    platform::http::extract::header_text(headers, "Idempotency-Key")
+        .map_err(|problem| Invalid::new(problem.detail))?
+        .map(IdempotencyKey::parse)
+        .transpose()
 }

@@ -83,3 +83,54 @@ async fn reading_products_needs_no_token() {
         .expect("GET");
     assert_eq!(response.status(), 200);
 }
+
+/// Every admin route, as `(method, path)`; the body does not matter to a refusal.
+const ADMIN_ROUTES: [(&str, &str); 5] = [
+    ("POST", "/products"),
+    ("POST", "/products/1/restock"),
+    ("POST", "/deductions"),
+    ("GET", "/admin/outbox"),
+    ("POST", "/admin/outbox/1/retry"),
+];
+
+#[tokio::test]
+async fn every_401_carries_a_bearer_challenge() {
+    let app = TestApp::spawn().await;
+    for (method, path) in ADMIN_ROUTES {
+        for credential in [None, Some("Bearer wrong-token"), Some("Basic dXNlcjpwdw==")] {
+            let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+            let mut request = app.anonymous.request(method.clone(), app.url(path));
+            if let Some(value) = credential {
+                request = request.header("Authorization", value);
+            }
+            let response = request.send().await.expect("request");
+            let challenge = response
+                .headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                challenge.starts_with("Bearer"),
+                "{method} {path} with {credential:?}: {challenge:?}"
+            );
+            assert_problem(response, 401, "unauthorized").await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let app = TestApp::spawn().await;
+    for (id, scheme) in [(11, "bearer"), (12, "BEARER"), (13, "Bearer")] {
+        let response = app
+            .anonymous
+            .post(app.url("/products"))
+            .header("Authorization", format!("{scheme} {ADMIN_TOKEN}"))
+            .json(&json!({"product_id": id, "name": "x", "stock": 1}))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), 201, "{scheme}");
+    }
+}

@@ -2,10 +2,11 @@
 //! middle of a stream of orders: every order is still handled exactly once, and the stock adds
 //! up (SPEC §4.3, invariants 1, 2 and 5).
 
-use std::process::Child;
 use std::time::Duration;
 
-use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost, eventually, signal};
+use platform::testing::{
+    self, AmqpProbe, KilledOnDrop, TestDatabase, TestVhost, eventually, signal,
+};
 use serde_json::json;
 use shared::keys;
 use uuid::Uuid;
@@ -13,8 +14,8 @@ use uuid::Uuid;
 const STOCK: i64 = 150;
 const ORDERS: i64 = 600;
 
-fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)]) -> Child {
-    testing::service_command(
+fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)]) -> KilledOnDrop {
+    let child = testing::service_command(
         env!("CARGO_BIN_EXE_inventory-service"),
         &db.url,
         &vhost.url,
@@ -23,7 +24,8 @@ fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)
     .env("HTTP_ADDR", "127.0.0.1:0")
     .envs(env.iter().copied())
     .spawn()
-    .expect("the binary starts")
+    .expect("the binary starts");
+    KilledOnDrop(child)
 }
 
 async fn count(db: &TestDatabase, sql: &'static str) -> i64 {

@@ -6,6 +6,7 @@ mod concurrency;
 mod crash;
 mod deductions;
 mod delivery_limit;
+mod edge;
 mod helpers;
 mod lock;
 mod one_statement;

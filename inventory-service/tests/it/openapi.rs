@@ -66,3 +66,46 @@ fn the_committed_openapi_document_matches_the_code() {
         path.display()
     );
 }
+
+/// What the edge answers is documented on every operation: 429 (except the probes) and 503
+/// with `Retry-After`, 500; `limit` is a capped integer, not a bounded one; a `servers` entry.
+#[test]
+fn the_edge_answers_and_paging_rules_are_documented() {
+    let spec = spec();
+    assert!(spec["servers"][0]["url"].is_string());
+    for (path, item) in spec["paths"].as_object().expect("paths") {
+        let probe = ["/healthz", "/readyz", "/metrics"].contains(&path.as_str());
+        for (method, operation) in item.as_object().expect("a path item") {
+            let responses = &operation["responses"];
+            assert!(responses["500"].is_object(), "{method} {path} 500");
+            for status in ["429", "503"] {
+                if status == "429" && probe {
+                    assert!(
+                        responses.get(status).is_none(),
+                        "{method} {path} is never limited"
+                    );
+                    continue;
+                }
+                assert!(
+                    responses[status]["headers"]["Retry-After"].is_object(),
+                    "{method} {path} {status} declares Retry-After"
+                );
+            }
+        }
+    }
+    let limit = spec["paths"]["/products"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .expect("limit")
+        .clone();
+    assert_eq!(limit["schema"]["minimum"], 1, "{limit}");
+    assert!(limit["schema"].get("maximum").is_none(), "{limit}");
+    assert!(
+        limit["description"]
+            .as_str()
+            .expect("described")
+            .contains("capped")
+    );
+}

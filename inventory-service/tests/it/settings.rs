@@ -17,6 +17,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("DATABASE_MAX_CONNECTIONS", "0"),
     ("REQUEST_TIMEOUT_SECS", "0"),
     ("REDIS_TIMEOUT_MS", "0"),
+    ("RATE_LIMIT_PER_SEC", "-1"),
+    ("RATE_LIMIT_BURST", "lots"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "not a url"),
 ];

@@ -215,3 +215,74 @@ async fn invalid_restocks_are_refused_and_add_nothing() {
     }
     assert_eq!(app.stock(1).await, 1);
 }
+
+/// SPEC §3: a control character (U+0000–U+001F, U+007F) in any string is a 422 and changes
+/// nothing; a NUL used to reach PostgreSQL, which refuses it in `text`, and answer 500.
+#[tokio::test]
+async fn control_characters_in_any_string_are_422_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    app.create_product(1, 10).await;
+    let item = json!([{"product_id": 1, "quantity": 1}]);
+    let bodies: Vec<(&str, String)> = vec![
+        (
+            "/products",
+            json!({"product_id": 2, "name": "nul\u{0}", "stock": 1}).to_string(),
+        ),
+        (
+            "/products",
+            json!({"product_id": 2, "name": "tab\there", "stock": 1}).to_string(),
+        ),
+        (
+            "/products",
+            json!({"product_id": 2, "name": "del\u{7f}", "stock": 1}).to_string(),
+        ),
+        (
+            "/products",
+            json!({"product_id": 2, "name": "unit\u{1f}", "stock": 1}).to_string(),
+        ),
+        ("/deductions", deduction(json!("d\u{0}"), item.clone())),
+        ("/deductions", deduction(json!("line\nbreak"), item.clone())),
+        ("/deductions", deduction(json!("del\u{7f}"), item.clone())),
+        // A key holding one, even where the key would be refused anyway.
+        (
+            "/deductions",
+            json!({"deduction_id": "d", "items": item, "x\u{0}": 1}).to_string(),
+        ),
+    ];
+    for (path, body) in bodies {
+        let shown = body.escape_debug().to_string();
+        let response = post_raw(&app, path, body).await;
+        assert_eq!(response.status(), 422, "{path} {shown}");
+        assert_problem(response, 422, "validation-failed").await;
+    }
+    // A tab is the only control character HTTP lets through in a header value.
+    for key in ["k\t1", "tab\t\tkey"] {
+        let response = app.restock(1, 5, Some(key)).await;
+        assert_problem(response, 422, "validation-failed").await;
+    }
+    for query in [
+        "/products?after=1%00",
+        "/products?limit=5%09",
+        "/products?x%00=1",
+    ] {
+        let response = app.anonymous.get(app.url(query)).send().await.expect("GET");
+        assert_problem(response, 422, "validation-failed").await;
+    }
+    let response = app
+        .admin
+        .get(app.url("/admin/outbox?status=dead%00"))
+        .send()
+        .await
+        .expect("GET");
+    assert_problem(response, 422, "validation-failed").await;
+
+    assert_eq!(app.stock(1).await, 10);
+    assert_eq!(app.deduction_rows().await, 0);
+    let missing = app
+        .anonymous
+        .get(app.url("/products/2"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(missing.status(), 404);
+}

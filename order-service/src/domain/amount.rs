@@ -15,7 +15,10 @@ pub enum AmountInput {
 pub fn parse(input: &AmountInput) -> Result<Decimal, String> {
     let text = match input {
         AmountInput::Number(n) => n.to_string(),
-        AmountInput::Text(s) => s.trim().to_owned(),
+        AmountInput::Text(s) => {
+            shared::text::check("amount", s)?;
+            s.trim().to_owned()
+        }
     };
     let value = text
         .parse::<Decimal>()
@@ -82,6 +85,9 @@ mod tests {
             AmountInput::Text("".into()),
             AmountInput::Text("1.234".into()),
             AmountInput::Text("NaN".into()),
+            AmountInput::Text("\t12.50".into()),
+            AmountInput::Text("12.50\n".into()),
+            AmountInput::Text("1\u{0}".into()),
         ];
         for input in cases {
             assert!(parse(&input).is_err(), "{input:?}");

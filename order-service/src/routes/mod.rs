@@ -1,8 +1,11 @@
 //! HTTP routes. Handlers are thin: parse, call the domain or the database, shape the answer.
 
 mod ops;
+mod order_body;
 mod orders;
 mod tokens;
+
+pub use order_body::OrderBody;
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;

@@ -11,7 +11,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::db;
-use crate::domain::{CreateOrderRequest, OrderStatus};
+use crate::domain::OrderStatus;
 use crate::error::ApiError;
 use crate::place_order;
 use crate::representation::Order;
@@ -28,13 +28,15 @@ const PROBLEM: &str = "application/problem+json";
 #[utoipa::path(
     post, path = "/orders", operation_id = "create_order", tag = "orders",
     params(("Idempotency-Key" = Uuid, Header, description = "A token from `POST /idempotency-tokens`")),
-    request_body = CreateOrderRequest,
+    request_body(content = crate::routes::OrderBody, description = "The canonical `items` form, or the flat one-item form"),
     responses(
         (status = 202, description = "Accepted (or the replay of the first response)", body = Order,
             headers(("Location" = String, description = "/orders/{order_id}"),
                     ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 400, description = "Missing or unknown idempotency key, or malformed JSON", body = shared::Problem, content_type = PROBLEM),
-        (status = 409, description = "The first request with this token is still running (`Retry-After`)", body = shared::Problem, content_type = PROBLEM),
+        (status = 409, description = "`request-in-progress`: the first request with this token is still running; retry after `Retry-After`",
+            body = shared::Problem, content_type = PROBLEM,
+            headers(("Retry-After" = u32, description = "Seconds to wait before sending the request again"))),
         (status = 413, description = "Body over 64 KiB", body = shared::Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid order, or the token was used with another body", body = shared::Problem, content_type = PROBLEM),
     )
@@ -45,7 +47,7 @@ pub async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
+    let key = platform::http::extract::header_text(&headers, "Idempotency-Key")?;
     let token = place_order::parse_token(key)?;
     let placed = place_order::place(&state, token, &body, &trace).await?;
     let response = placed.response;
@@ -92,12 +94,17 @@ pub async fn get(
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Only this user's orders (positive integer).
+    #[param(value_type = Option<i64>, minimum = 1, example = 1)]
     user_id: Option<String>,
-    /// Only orders in this status: `PENDING`, `CONFIRMED`, `REJECTED` or `CANCELLED`.
+    /// Only orders in this status.
+    #[param(value_type = Option<OrderStatus>)]
     status: Option<String>,
-    /// Page size: default 20, at most 100 (larger values are capped).
+    /// Page size: default 20; values above 100 are accepted and capped to 100; 0, negative or
+    /// non-numeric values are refused with 422.
+    #[param(value_type = Option<i64>, minimum = 1, example = 20)]
     limit: Option<String>,
-    /// The `next` cursor of the previous page.
+    /// An opaque cursor: the `next` of the previous page, passed back unchanged. Anything
+    /// else is refused with 422.
     after: Option<String>,
 }
 

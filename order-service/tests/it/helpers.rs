@@ -39,6 +39,7 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         reconcile_after: Duration::from_secs(3600),
         reconcile_every: Duration::from_secs(3600),
         messaging: Default::default(),
+        rate_limit: Default::default(),
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod api_edge;
 mod consumer_panics;
+mod edge;
 mod first_verdict;
 mod helpers;
 mod idempotency;

@@ -18,3 +18,41 @@ fn the_committed_openapi_document_is_current() {
         "openapi/order-service.json is stale; run `UPDATE_OPENAPI=1 cargo test -p order-service openapi`"
     );
 }
+
+/// The document says what the edge does: 429 (except the probes) and 503 with
+/// `Retry-After` and 500 on every operation, `Retry-After` on the in-progress 409, the order
+/// body as one of its two forms, `limit` a capped integer, and a `servers` entry.
+#[test]
+fn the_edge_answers_and_the_order_forms_are_documented() {
+    let spec = serde_json::to_value(order_service::openapi::spec()).expect("serialises");
+    assert!(spec["servers"][0]["url"].is_string());
+    for (path, item) in spec["paths"].as_object().expect("paths") {
+        let probe = ["/healthz", "/readyz", "/metrics"].contains(&path.as_str());
+        for (method, operation) in item.as_object().expect("a path item") {
+            let responses = &operation["responses"];
+            assert!(responses["500"].is_object(), "{method} {path} 500");
+            assert!(
+                responses["503"]["headers"]["Retry-After"].is_object(),
+                "{method} {path} 503"
+            );
+            assert_eq!(
+                responses["429"]["headers"]["Retry-After"].is_object(),
+                !probe,
+                "{method} {path} 429"
+            );
+        }
+    }
+    let create = &spec["paths"]["/orders"]["post"];
+    assert!(create["responses"]["409"]["headers"]["Retry-After"].is_object());
+    let forms = &spec["components"]["schemas"]["OrderBody"]["oneOf"];
+    assert_eq!(forms.as_array().map(Vec::len), Some(2), "{forms}");
+    let limit = spec["paths"]["/orders"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .expect("limit")
+        .clone();
+    assert_eq!(limit["schema"]["minimum"], 1, "{limit}");
+    assert!(limit["schema"].get("maximum").is_none(), "{limit}");
+}

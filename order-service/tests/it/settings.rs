@@ -24,6 +24,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("REQUEST_TIMEOUT_SECS", "0"),
     ("REDIS_TIMEOUT_MS", "0"),
     ("IDEMPOTENCY_TOKEN_SECRET", "too short"),
+    ("RATE_LIMIT_PER_SEC", "-1"),
+    ("RATE_LIMIT_BURST", "lots"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "http://127.0.0.1:5672"),
 ];

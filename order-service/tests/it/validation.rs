@@ -69,3 +69,41 @@ async fn a_body_over_64_kib_is_refused_with_413() {
     assert_problem(response, 413, "payload-too-large").await;
     assert_eq!(app.count("orders").await, 0);
 }
+
+/// SPEC §3: a control character (U+0000–U+001F, U+007F) in any string — body, key, query or
+/// header — is a 422, and neither uses up the token nor writes anything.
+#[tokio::test]
+async fn control_characters_in_any_string_are_422_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let item = json!([{"product_id": 1001, "quantity": 1}]);
+    let bodies = [
+        json!({"user_id": 1, "items": item, "amount": "1\u{0}"}),
+        json!({"user_id": 1, "items": item, "amount": "\t12.50"}),
+        json!({"user_id": 1, "items": item, "amount": "12.50\n"}),
+        json!({"user_id": 1, "items": item, "amount": "12\u{7f}"}),
+        json!({"user_id": 1, "items": item, "amount": 1, "no\u{0}te": "x"}),
+    ];
+    let token = app.issue_token().await;
+    for body in bodies {
+        let response = app.post_order(&token, &body).await;
+        assert_eq!(response.status(), 422, "{body}");
+        assert_problem(response, 422, "validation-failed").await;
+    }
+    let valid = json!({"user_id": 1, "items": item, "amount": "12.50"});
+    let with_tab = format!("{token}\tx");
+    let response = app.post_order(&with_tab, &valid).await;
+    assert_problem(response, 422, "validation-failed").await;
+    for query in [
+        "/orders?user_id=1%09",
+        "/orders?status=PENDING%00",
+        "/orders?limit=5%0A",
+        "/orders?after=%7F",
+        "/orders?x%00=1",
+    ] {
+        assert_problem(app.get(query).await, 422, "validation-failed").await;
+    }
+    assert_eq!(app.count("orders").await, 0);
+    assert_eq!(app.count("idempotency_keys").await, 0);
+    // The refusals left the token unused.
+    assert_eq!(app.post_order(&token, &valid).await.status(), 202);
+}

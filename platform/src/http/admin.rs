@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts};
-use axum::http::header::AUTHORIZATION;
+use axum::http::HeaderValue;
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
 use shared::Problem;
 use subtle::ConstantTimeEq;
 
@@ -49,7 +51,7 @@ where
     AdminToken: FromRef<S>,
     S: Send + Sync,
 {
-    type Rejection = Problem;
+    type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let token = AdminToken::from_ref(state);
@@ -57,14 +59,34 @@ where
             .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer_credentials);
         match presented {
             Some(p) if token.accepts(p) => Ok(AdminAuth),
-            _ => Err(Problem::unauthorized()),
+            _ => Err(unauthorized()),
         }
     }
 }
+
+/// The credentials of an `Authorization: Bearer <token>` value. RFC 9110 §11.1 makes the
+/// scheme name case-insensitive, so `bearer` and `BEARER` work too.
+pub fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, credentials) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim())
+}
+
+/// 401 `unauthorized` with the challenge RFC 9110 §15.5.2 requires of every 401.
+pub fn unauthorized() -> Response {
+    let mut response = Problem::unauthorized().into_response();
+    response
+        .headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static(ADMIN_CHALLENGE));
+    response
+}
+
+/// The challenge of the admin endpoints.
+pub const ADMIN_CHALLENGE: &str = "Bearer realm=\"admin\"";
 
 #[cfg(test)]
 mod tests {
@@ -77,5 +99,15 @@ mod tests {
         assert!(!token.accepts("s3cre"));
         assert!(!token.accepts("s3cretx"));
         assert!(!AdminToken::new(None).accepts(""));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_matched_case_insensitively() {
+        for value in ["Bearer t", "bearer t", "BEARER t", "bEaReR  t "] {
+            assert_eq!(bearer_credentials(value), Some("t"), "{value}");
+        }
+        for value in ["Basic t", "Bearert", "t", "Bearer"] {
+            assert_eq!(bearer_credentials(value), None, "{value}");
+        }
     }
 }

@@ -1,8 +1,10 @@
 //! Wraps a service's router with the edge every request passes through.
 //!
 //! Outermost first: set `x-request-id` (kept from the client or generated) and echo it ->
-//! trace context -> tracing span -> metrics -> problem+json for any bare error -> panics as
-//! 500 -> timeout. 404 and 405 answers, body limits and timeouts are all problem+json too.
+//! trace context -> tracing span -> metrics -> uniform refusals (problem+json for any bare
+//! error, `WWW-Authenticate` on every 401, `Retry-After` on every 503) -> rate limit ->
+//! panics as 500 -> timeout. 404 and 405 answers, body limits and timeouts are all
+//! problem+json too.
 
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use super::metrics;
+use super::rate_limit::{self, Limiter, RateLimit};
 use super::trace::{TRACEPARENT, TraceContext};
 
 /// Request bodies above this are refused with 413.
@@ -26,8 +29,12 @@ pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Adds fallbacks and the shared middleware stack to a fully routed service.
-pub fn with_edge(router: Router, request_timeout: Duration) -> Router {
+/// Seconds a client is asked to wait after a 503 that names no other figure.
+const RETRY_AFTER_SECS: &str = "1";
+
+/// Adds fallbacks and the shared middleware stack to a fully routed service. Serve it with
+/// `into_make_service_with_connect_info::<SocketAddr>()` so rate limits see each client.
+pub fn with_edge(router: Router, request_timeout: Duration, rate_limit: RateLimit) -> Router {
     router
         .route_layer(middleware::from_fn(metrics::remember_route))
         .fallback(not_found)
@@ -42,7 +49,11 @@ pub fn with_edge(router: Router, request_timeout: Duration) -> Router {
                 .layer(middleware::from_fn(trace_context))
                 .layer(TraceLayer::new_for_http().make_span_with(make_span))
                 .layer(middleware::from_fn(metrics::record))
-                .layer(middleware::from_fn(problem_for_bare_errors))
+                .layer(middleware::from_fn(uniform_refusals))
+                .layer(middleware::from_fn_with_state(
+                    Limiter::new(rate_limit),
+                    rate_limit::limit,
+                ))
                 // A panicking handler answers 500 problem+json instead of dropping the connection.
                 .layer(CatchPanicLayer::custom(|_| {
                     Problem::internal().into_response()
@@ -102,10 +113,30 @@ fn make_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
     )
 }
 
-/// Anything that answers 4xx/5xx without a problem body (axum's own rejections, the
-/// timeout layer) is rewritten to problem+json, so clients can rely on one error shape.
-async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+/// Every refusal looks the same whoever produced it: anything that answers 4xx/5xx without
+/// a problem body (axum's own rejections, the timeout layer) is rewritten to problem+json,
+/// every 401 carries a `WWW-Authenticate` challenge (RFC 9110 §15.5.2) and every 503 a
+/// `Retry-After`, so clients can rely on one shape.
+async fn uniform_refusals(request: Request, next: Next) -> Response {
+    let mut response = problem_for_bare_errors(next.run(request).await);
+    let status = response.status();
+    let headers = response.headers_mut();
+    match status {
+        StatusCode::UNAUTHORIZED if !headers.contains_key(header::WWW_AUTHENTICATE) => {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        StatusCode::SERVICE_UNAVAILABLE if !headers.contains_key(header::RETRY_AFTER) => {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECS),
+            );
+        }
+        _ => {}
+    }
+    response
+}
+
+fn problem_for_bare_errors(response: Response) -> Response {
     let status = response.status();
     let is_problem = response
         .headers()
@@ -181,6 +212,10 @@ mod tests {
         panic!("a bug in a handler")
     }
 
+    async fn refused(status: u16) -> StatusCode {
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
     async fn answer(router: Router, method: &str, uri: &str) -> (StatusCode, String, Vec<u8>) {
         let request = axum::http::Request::builder()
             .method(method)
@@ -211,6 +246,7 @@ mod tests {
             with_edge(
                 Router::new().route("/boom", get(boom)),
                 Duration::from_secs(5),
+                RateLimit::default(),
             )
         };
         for (method, uri, status) in [
@@ -229,5 +265,60 @@ mod tests {
                 "no internals leak"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn every_401_challenges_and_every_503_says_when_to_retry() {
+        let app = || {
+            with_edge(
+                Router::new()
+                    .route("/401", get(|| refused(401)))
+                    .route("/503", get(|| refused(503))),
+                Duration::from_secs(5),
+                RateLimit::default(),
+            )
+        };
+        let response = app()
+            .oneshot(
+                axum::http::Request::get("/401")
+                    .body(Body::empty())
+                    .unwrap_or_default(),
+            )
+            .await
+            .unwrap_or_else(|e| match e {});
+        assert_eq!(response.status(), 401);
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        let response = app()
+            .oneshot(
+                axum::http::Request::get("/503")
+                    .body(Body::empty())
+                    .unwrap_or_default(),
+            )
+            .await
+            .unwrap_or_else(|e| match e {});
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[tokio::test]
+    async fn past_the_burst_a_client_is_refused_but_probes_are_not() {
+        let app = with_edge(
+            Router::new()
+                .route("/work", get(|| async { "done" }))
+                .route("/healthz", get(|| async { "ok" })),
+            Duration::from_secs(5),
+            RateLimit {
+                per_sec: 1,
+                burst: 2,
+            },
+        );
+        let mut statuses = Vec::new();
+        for uri in [
+            "/work", "/work", "/work", "/healthz", "/healthz", "/healthz",
+        ] {
+            let (status, _, _) = answer(app.clone(), "GET", uri).await;
+            statuses.push(status.as_u16());
+        }
+        assert_eq!(statuses, [200, 200, 429, 200, 200, 200]);
     }
 }

@@ -41,15 +41,23 @@ impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
     }
 }
 
-/// Parses a JSON document, classifying the failure the way the API reports it.
+/// Parses a JSON document, classifying the failure the way the API reports it. A string or
+/// key holding a control character is a 422 whatever the target type does with it, so no
+/// such string reaches the database (PostgreSQL refuses NUL in `text`).
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
-    serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+    let classify = |e: serde_json::Error| match e.classify() {
         serde_json::error::Category::Data => Problem::validation(e.to_string()),
         _ if bytes.iter().all(u8::is_ascii_whitespace) => {
             Problem::malformed_json("the request body is empty; a JSON document is required")
         }
         _ => Problem::malformed_json(e.to_string()),
-    })
+    };
+    if !shared::text::json_may_hold_control(bytes) {
+        return serde_json::from_slice(bytes).map_err(classify);
+    }
+    let document: serde_json::Value = serde_json::from_slice(bytes).map_err(classify)?;
+    shared::text::check_json(&document).map_err(Problem::validation)?;
+    T::deserialize(document).map_err(|e| Problem::validation(e.to_string()))
 }
 
 pub fn payload_too_large() -> Problem {
@@ -76,11 +84,43 @@ where
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        check_query(&parts.uri)?;
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| Query(q.0))
             .map_err(|rejection| Problem::validation(rejection.body_text()))
     }
+}
+
+/// Every decoded name and value of the query string must be free of control characters.
+fn check_query(uri: &axum::http::Uri) -> Result<(), Problem> {
+    if uri.query().is_none() {
+        return Ok(());
+    }
+    let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map_err(|rejection| Problem::validation(rejection.body_text()))?;
+    pairs.0.iter().try_for_each(|(name, value)| {
+        shared::text::check("a query parameter name", name)
+            .and_then(|()| shared::text::check(&format!("the query parameter {name:?}"), value))
+            .map_err(Problem::validation)
+    })
+}
+
+/// A header's value as text a handler may use: absent is `None`; bytes that are not visible
+/// ASCII (which is all a header value can portably carry), or a control character such as
+/// a tab, are a 422 naming the header.
+pub fn header_text<'a>(
+    headers: &'a axum::http::HeaderMap,
+    name: &str,
+) -> Result<Option<&'a str>, Problem> {
+    let Some(value) = headers.get(name) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| Problem::validation(format!("the {name} header must be visible ASCII")))?;
+    shared::text::check(&format!("the {name} header"), text).map_err(Problem::validation)?;
+    Ok(Some(text))
 }
 
 /// Path parameters; a segment that cannot name a resource (say, `/orders/banana`) is a 404,
@@ -132,5 +172,49 @@ mod tests {
             assert_eq!(problem.status, *status, "{body}");
         }
         assert!(parse::<Body>(b"{\"n\": 1}").is_ok());
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Named {
+        name: String,
+        #[serde(default)]
+        tags: std::collections::HashMap<String, u8>,
+    }
+
+    #[test]
+    fn a_control_character_in_any_string_or_key_is_422() {
+        for body in [
+            r#"{"name": "a\u0000"}"#,
+            r#"{"name": "tab\there"}"#,
+            "{\"name\": \"del\x7f\"}",
+            r#"{"name": "ok", "tags": {"k\u001f": 1}}"#,
+        ] {
+            let problem = parse::<Named>(body.as_bytes()).expect_err(body);
+            assert_eq!(problem.status, 422, "{body}");
+        }
+        assert!(parse::<Named>(r#"{"name": "caf\u00e9"}"#.as_bytes()).is_ok());
+        // A raw control character inside a string is broken JSON, not a value.
+        assert_eq!(
+            parse::<Named>(b"{\"name\": \"a\x01\"}")
+                .map_err(|p| p.status)
+                .err(),
+            Some(400)
+        );
+    }
+
+    #[test]
+    fn a_control_character_in_the_query_string_is_422() {
+        for uri in [
+            "/x?after=%00",
+            "/x?status=dead%0A",
+            "/x?a%09b=1",
+            "/x?after=%7F",
+        ] {
+            let uri: axum::http::Uri = uri.parse().expect("uri");
+            assert_eq!(check_query(&uri).map_err(|p| p.status), Err(422), "{uri}");
+        }
+        let fine: axum::http::Uri = "/x?after=abc&limit=5&name=caf%C3%A9".parse().expect("uri");
+        assert!(check_query(&fine).is_ok());
     }
 }

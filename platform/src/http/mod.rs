@@ -6,11 +6,14 @@ pub mod edge;
 pub mod extract;
 pub mod health;
 pub mod metrics;
+pub mod openapi;
 pub mod outbox_admin;
 pub mod pagination;
+pub mod rate_limit;
 pub mod trace;
 
 pub use admin::{AdminAuth, AdminToken};
 pub use edge::{BODY_LIMIT_BYTES, with_edge};
 pub use extract::{Json, Path, Query};
+pub use rate_limit::RateLimit;
 pub use trace::TraceContext;

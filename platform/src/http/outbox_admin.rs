@@ -40,14 +40,26 @@ pub struct OutboxEntry {
     pub payload: serde_json::Value,
 }
 
+/// The states an outbox row can be in (documentation of the `status` filter).
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum OutboxStatus {
+    Dead,
+    Pending,
+    Sent,
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct OutboxQuery {
     /// `dead` (default), `pending` or `sent`.
+    #[param(value_type = Option<OutboxStatus>)]
     status: Option<String>,
-    /// Page size: default 20, at most 100.
+    /// Page size: default 20; values above 100 are accepted and capped to 100; 0, negative or
+    /// non-numeric values are refused with 422.
+    #[param(value_type = Option<i64>, minimum = 1, example = 20)]
     limit: Option<String>,
-    /// The `next` cursor of the previous page.
+    /// An opaque cursor: the `next` of the previous page, passed back unchanged.
     after: Option<String>,
 }
 
@@ -127,7 +139,13 @@ pub async fn retry(
     Ok(Json(row))
 }
 
+/// A saturated pool is overload (503 `busy`; the edge adds `Retry-After`); anything else is
+/// logged and answered 500 without detail.
 fn internal(error: sqlx::Error) -> Problem {
+    if matches!(error, sqlx::Error::PoolTimedOut) {
+        tracing::warn!("outbox admin request refused as busy: the database pool is exhausted");
+        return Problem::busy("the database is busy; retry shortly");
+    }
     tracing::error!(%error, "outbox admin query failed");
     Problem::internal()
 }

@@ -1,0 +1,158 @@
+//! The refusals every route shares: 401s carry a `Bearer` challenge, a saturated database
+//! pool is 503 `busy` with `Retry-After`, and clients past their rate limit get 429.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::Request;
+use order_service::config::Config;
+use platform::http::RateLimit;
+use platform::testing::{self, TestDatabase};
+use sqlx::postgres::PgPoolOptions;
+use tower::ServiceExt;
+
+use crate::helpers::{TestApp, assert_problem, random_uuid};
+
+const ADMIN_TOKEN: &str = "test-admin-token";
+
+#[tokio::test]
+async fn every_401_carries_a_bearer_challenge_and_the_scheme_is_case_insensitive() {
+    let app = TestApp::spawn().await;
+    for (method, path) in [("GET", "/admin/outbox"), ("POST", "/admin/outbox/1/retry")] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        for credential in [None, Some("Bearer wrong-token"), Some("Basic dXNlcjpwdw==")] {
+            let mut request = app.client.request(method.clone(), app.url(path));
+            if let Some(value) = credential {
+                request = request.header("Authorization", value);
+            }
+            let response = request.send().await.expect("request");
+            let challenge = response
+                .headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                challenge.starts_with("Bearer"),
+                "{method} {path} with {credential:?}: {challenge:?}"
+            );
+            assert_problem(response, 401, "unauthorized").await;
+        }
+    }
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let response = app
+            .client
+            .get(app.url("/admin/outbox"))
+            .header("Authorization", format!("{scheme} {ADMIN_TOKEN}"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), 200, "{scheme}");
+    }
+}
+
+#[tokio::test]
+async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
+    testing::init_logs();
+    let database = TestDatabase::create("orders", &order_service::MIGRATOR).await;
+    let mut config = Config::from_env().expect("the default configuration");
+    config.database_url = database.url.clone();
+    config.database_max_connections = 1;
+    config.redis_url = testing::redis_url();
+    config.redis_key_prefix = testing::redis_prefix();
+    config.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into();
+    config.admin_token = Some(ADMIN_TOKEN.into());
+    let mut state = order_service::build_state(config).await.expect("state");
+    // One connection, which the test holds: every request waits out the acquire timeout.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_millis(200))
+        .connect(&database.url)
+        .await
+        .expect("pool");
+    state.db = pool.clone();
+    let held = pool.acquire().await.expect("the only connection");
+    let app = order_service::build_app(state);
+    let order = format!("/orders/{}", random_uuid());
+    let cancel = format!("{order}/cancel");
+    let requests = [
+        ("GET", order.as_str()),
+        ("GET", "/orders"),
+        ("POST", cancel.as_str()),
+        ("GET", "/admin/outbox"),
+    ];
+    for (method, uri) in requests {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .body(Body::empty())
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("infallible");
+        assert_eq!(response.status(), 503, "{method} {uri}");
+        assert_eq!(response.headers()["retry-after"], "1", "{method} {uri}");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .expect("body");
+        let problem: shared::Problem = serde_json::from_slice(&body).expect("problem");
+        assert_eq!(problem.slug(), "busy", "{method} {uri}");
+    }
+    drop(held);
+    let response = app
+        .oneshot(Request::get(&order).body(Body::empty()).expect("request"))
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), 404, "the pool was the only reason");
+}
+
+#[tokio::test]
+async fn past_its_burst_a_client_gets_429_with_retry_after() {
+    let app = TestApp::spawn_with(|c| {
+        c.rate_limit = RateLimit {
+            per_sec: 1,
+            burst: 3,
+        }
+    })
+    .await;
+    let path = format!("/orders/{}", random_uuid());
+    for _ in 0..3 {
+        assert_eq!(app.get(&path).await.status(), 404);
+    }
+    let response = app.get(&path).await;
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!(retry_after >= 1);
+    assert_problem(response, 429, "rate-limited").await;
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_are_never_limited() {
+    let app = TestApp::spawn_with(|c| {
+        c.rate_limit = RateLimit {
+            per_sec: 1,
+            burst: 1,
+        }
+    })
+    .await;
+    for _ in 0..10 {
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            assert_ne!(app.get(path).await.status(), 429, "{path}");
+        }
+    }
+    // The limit is on: the first other request spends the only token, the next is refused.
+    let path = format!("/orders/{}", random_uuid());
+    assert_eq!(app.get(&path).await.status(), 404);
+    assert_eq!(app.get(&path).await.status(), 429);
+}
+
+#[tokio::test]
+async fn rate_limits_are_off_by_default() {
+    let app = TestApp::spawn().await;
+    let path = format!("/orders/{}", random_uuid());
+    for _ in 0..50 {
+        assert_eq!(app.get(&path).await.status(), 404);
+    }
+}
