@@ -6,6 +6,8 @@ mod consumer_panics;
 mod first_verdict;
 mod helpers;
 mod idempotency;
+mod intake;
+mod intake_crash;
 mod listing;
 mod messaging;
 mod openapi_snapshot;
