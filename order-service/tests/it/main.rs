@@ -17,5 +17,6 @@ mod reconciliation;
 mod recovery;
 mod redis_hung;
 mod settings;
+mod strict_states;
 mod vacuum;
 mod validation;
