@@ -44,6 +44,8 @@ pub struct Config {
     pub reconcile_after: Duration,
     /// `RECONCILE_EVERY_SECS`: how often reconciliation looks for such orders.
     pub reconcile_every: Duration,
+    /// `INTAKE_BATCH_MAX`: the most orders one intake commit writes (at least 1). Default 64.
+    pub intake_batch_max: usize,
     /// Relay, consumer and retention knobs (see `platform::config::MessagingConfig`).
     pub messaging: MessagingConfig,
     /// `RATE_LIMIT_PER_SEC` (0: off) and `RATE_LIMIT_BURST` (0: the rate), per client address.
@@ -71,6 +73,7 @@ impl Config {
             request_timeout: env::positive_secs("REQUEST_TIMEOUT_SECS", 10)?,
             reconcile_after: env::positive_secs("RECONCILE_AFTER_SECS", 30)?,
             reconcile_every: env::positive_secs("RECONCILE_EVERY_SECS", 10)?,
+            intake_batch_max: env::at_least("INTAKE_BATCH_MAX", 64, 1)?,
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
         })

@@ -14,6 +14,9 @@
 //! ([`crate::signed_token`]), so one Redis forgot can be claimed again
 //! ([`TokenStore::reclaim`]) instead of being refused as never issued.
 //!
+//! Orders are placed in batches ([`crate::intake`]), so the calls here take many tokens at
+//! once: a batch claims all its tokens in one round trip and records all its outcomes in one.
+//!
 //! Every call goes through the process's [`RedisHealth`]: while Redis is known down, none is
 //! sent and the caller learns it at once ([`RedisCallError::Down`]).
 
@@ -36,31 +39,63 @@ pub const IN_FLIGHT_TTL: Duration = Duration::from_secs(30);
 /// make even a second try a rarity).
 const ISSUE_TRIES: usize = 4;
 
-/// Claims a token: `issued` (or a stale claim) becomes in flight for `ARGV[1]`, keeping its
-/// expiry; any other state is returned as it is. With `ARGV[3]` (an expiry in unix ms), a
-/// token Redis does not know is claimed too, expiring then: the caller has checked the token
-/// was issued and that PostgreSQL has no outcome for it.
+/// Claims the tokens of a batch, in order, each keeping its expiry: `issued` (or a stale
+/// claim) becomes in flight for its request; any other state is returned as it is. `ARGV[1]`
+/// is the age of a stale claim; then each key `i` has its in-flight value at
+/// `ARGV[2i]` and, at `ARGV[2i+1]`, an expiry in unix ms or `''`: with an expiry, a token
+/// Redis does not know is claimed too, expiring then (the caller has checked the token was
+/// issued here and is unexpired; PostgreSQL's unique key settles whether it was used). Keys
+/// are handled in order inside one script, so a second request for a token in the same batch
+/// finds the first one's claim.
 static CLAIM: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
     Script::new(
         r"
-        local v = redis.call('GET', KEYS[1])
         local t = redis.call('TIME')
         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        if not v then
-            if ARGV[3] == '' then return '' end
-            redis.call('SET', KEYS[1], ARGV[1] .. ':' .. now, 'PXAT', ARGV[3])
-            return 'claimed'
+        local out = {}
+        for i, key in ipairs(KEYS) do
+            local claim = ARGV[2 * i] .. ':' .. now
+            local recreate_until = ARGV[2 * i + 1]
+            local v = redis.call('GET', key)
+            if not v then
+                if recreate_until == '' then
+                    out[i] = ''
+                else
+                    redis.call('SET', key, claim, 'PXAT', recreate_until)
+                    out[i] = 'claimed'
+                end
+            else
+                local stale = false
+                if string.sub(v, 1, 9) == 'inflight:' then
+                    local claimed_at = tonumber(string.match(v, ':(%d+)$'))
+                    stale = claimed_at ~= nil and now - claimed_at > tonumber(ARGV[1])
+                end
+                if v == 'issued' or stale then
+                    redis.call('SET', key, claim, 'KEEPTTL')
+                    out[i] = 'claimed'
+                else
+                    out[i] = v
+                end
+            end
         end
-        local stale = false
-        if string.sub(v, 1, 9) == 'inflight:' then
-            local claimed_at = tonumber(string.match(v, ':(%d+)$'))
-            stale = claimed_at ~= nil and now - claimed_at > tonumber(ARGV[2])
+        return out
+        ",
+    )
+});
+
+/// Gives tokens back (`issued`, expiry kept) if their requests still hold them: key `i`
+/// only while its value starts with `ARGV[i]`.
+static RELEASE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
+    Script::new(
+        r"
+        for i, key in ipairs(KEYS) do
+            local v = redis.call('GET', key)
+            local prefix = ARGV[i] .. ':'
+            if v and string.sub(v, 1, string.len(prefix)) == prefix then
+                redis.call('SET', key, 'issued', 'KEEPTTL')
+            end
         end
-        if v == 'issued' or stale then
-            redis.call('SET', KEYS[1], ARGV[1] .. ':' .. now, 'KEEPTTL')
-            return 'claimed'
-        end
-        return v
+        return 0
         ",
     )
 });
@@ -162,83 +197,91 @@ impl TokenStore {
         ))))
     }
 
-    /// Atomically moves an `issued` token (or one whose claim went stale) to in flight for
-    /// `fingerprint`, or reports its state. The token keeps its original expiry.
-    pub async fn claim(&self, token: &Uuid, fingerprint: &str) -> Result<Claim, RedisCallError> {
-        self.run_claim(token, fingerprint, None).await
-    }
-
-    /// [`TokenStore::claim`], but a token Redis does not know is claimed as well, to expire
-    /// at `expires_at`. Only for a token known to be issued (see
-    /// [`TokenStore::live_expiry`]) whose outcome PostgreSQL does not have: Redis lost it.
-    pub async fn reclaim(
+    /// Claims every token of a batch in one round trip: an `issued` token (or one whose claim
+    /// went stale) moves to in flight for its request, keeping its original expiry; any other
+    /// state is reported. A token Redis does not know is claimed as well when its request
+    /// carries `recreate_until` (see [`TokenStore::live_expiry`]): Redis lost it. The answer
+    /// is index-aligned with `claims`.
+    pub async fn claim_all(
         &self,
-        token: &Uuid,
-        fingerprint: &str,
-        expires_at: DateTime<Utc>,
-    ) -> Result<Claim, RedisCallError> {
-        self.run_claim(token, fingerprint, Some(expires_at)).await
-    }
-
-    async fn run_claim(
-        &self,
-        token: &Uuid,
-        fingerprint: &str,
-        recreate_until: Option<DateTime<Utc>>,
-    ) -> Result<Claim, RedisCallError> {
+        claims: &[ClaimRequest<'_>],
+    ) -> Result<Vec<Claim>, RedisCallError> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = CLAIM.prepare_invoke();
+        invocation.arg(IN_FLIGHT_TTL.as_millis() as u64);
+        for claim in claims {
+            invocation
+                .key(self.keys.idempotency_token(claim.token))
+                .arg(format!("{IN_FLIGHT}{}", claim.fingerprint))
+                .arg(
+                    claim
+                        .recreate_until
+                        .map_or(String::new(), |at| at.timestamp_millis().to_string()),
+                );
+        }
         let mut conn = self.redis.clone();
-        let mut invocation = CLAIM.key(self.keys.idempotency_token(token));
-        invocation
-            .arg(format!("{IN_FLIGHT}{fingerprint}"))
-            .arg(IN_FLIGHT_TTL.as_millis() as u64)
-            .arg(recreate_until.map_or(String::new(), |at| at.timestamp_millis().to_string()));
-        let state: String = self.health.call(invocation.invoke_async(&mut conn)).await?;
-        Ok(parse_state(&state))
+        let states: Vec<String> = self.health.call(invocation.invoke_async(&mut conn)).await?;
+        Ok(states.iter().map(|state| parse_state(state)).collect())
     }
 
-    /// Records the first response, replacing the in-flight state.
-    pub async fn complete(
+    /// Records the first responses of many tokens in one round trip, replacing their
+    /// in-flight states.
+    pub async fn complete_all(
         &self,
-        token: &Uuid,
-        response: &StoredResponse,
+        done: &[(Uuid, &StoredResponse)],
     ) -> Result<(), RedisCallError> {
-        let value = format!(
-            "{DONE}{}",
-            serde_json::to_string(response).unwrap_or_default()
-        );
+        if done.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (token, response) in done {
+            let value = format!(
+                "{DONE}{}",
+                serde_json::to_string(response).unwrap_or_default()
+            );
+            pipe.cmd("SET")
+                .arg(self.keys.idempotency_token(token))
+                .arg(value)
+                .arg("PX")
+                .arg(self.ttl.as_millis() as u64)
+                .ignore();
+        }
         let mut conn = self.redis.clone();
-        let mut set = redis::cmd("SET");
-        set.arg(self.keys.idempotency_token(token))
-            .arg(value)
-            .arg("PX")
-            .arg(self.ttl.as_millis() as u64);
-        self.health.call(set.query_async::<()>(&mut conn)).await
+        self.health.call(pipe.query_async::<()>(&mut conn)).await
     }
 
-    /// Gives the token back (`issued`, original expiry kept) after a failure that created
-    /// nothing, so the client can retry with it. Only if this request still holds it.
-    pub async fn release(&self, token: &Uuid, fingerprint: &str) -> Result<(), RedisCallError> {
-        static RELEASE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
-            Script::new(
-                r"
-                local v = redis.call('GET', KEYS[1])
-                local prefix = ARGV[1] .. ':'
-                if v and string.sub(v, 1, string.len(prefix)) == prefix then
-                    redis.call('SET', KEYS[1], 'issued', 'KEEPTTL')
-                    return 1
-                end
-                return 0
-                ",
-            )
-        });
+    /// Gives tokens back (`issued`, original expiry kept) after a failure that created
+    /// nothing, so their clients can retry with them; each only if its request still holds
+    /// it. One round trip.
+    pub async fn release_all(&self, held: &[(Uuid, &str)]) -> Result<(), RedisCallError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let mut invocation = RELEASE.prepare_invoke();
+        for (token, fingerprint) in held {
+            invocation
+                .key(self.keys.idempotency_token(token))
+                .arg(format!("{IN_FLIGHT}{fingerprint}"));
+        }
         let mut conn = self.redis.clone();
-        let mut invocation = RELEASE.key(self.keys.idempotency_token(token));
-        invocation.arg(format!("{IN_FLIGHT}{fingerprint}"));
         self.health
             .call(invocation.invoke_async::<i64>(&mut conn))
             .await
             .map(drop)
     }
+}
+
+/// One token of a batch to claim for a request.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    pub token: &'a Uuid,
+    /// The request's body fingerprint, which the in-flight state carries.
+    pub fingerprint: &'a str,
+    /// The token's own expiry when it proves it was issued here and is unexpired: then a
+    /// token Redis forgot is claimed again instead of being unknown.
+    pub recreate_until: Option<DateTime<Utc>>,
 }
 
 fn parse_state(state: &str) -> Claim {

@@ -6,6 +6,7 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod idempotency;
+pub mod intake;
 pub mod messaging;
 pub mod metrics;
 pub mod openapi;
@@ -34,6 +35,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use crate::config::Config;
 use crate::idempotency::TokenStore;
+use crate::intake::{Intake, Writer};
 use crate::messaging::inventory_events::InventoryEvents;
 use crate::messaging::reconcile::ReconcileSettings;
 use crate::signed_token::{TokenSecret, TokenSigner};
@@ -46,6 +48,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/ord
 /// runs in the background yet; `serve` starts the loops.
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     metrics::register();
+    intake::register_metrics();
     let settings = platform::db::PoolSettings {
         max_connections: config.database_max_connections,
         ..Default::default()
@@ -69,6 +72,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         broker_up: broker.up(),
     };
     Ok(AppState {
+        intake: Intake::new(config.intake_batch_max),
         tokens: TokenStore::new(
             redis.clone(),
             RedisKeys::new(config.redis_key_prefix.clone()),
@@ -149,14 +153,32 @@ pub async fn serve(
                 .watch(redis.clone(), redis_health::CHECK_EVERY, stop.clone())
         }
     }));
+    // Not a supervised loop: its queue is taken once. It stops only after the server has
+    // answered its last request (each of which may wait for a batch), then drains the queue.
+    let intake_stop = CancellationToken::new();
+    tasks.spawn({
+        let (intake, stop) = (state.intake.clone(), intake_stop.clone());
+        let writer = Writer {
+            db: state.db.clone(),
+            tokens: state.tokens.clone(),
+            outbox: state.outbox.clone(),
+        };
+        async move {
+            if let Err(error) = intake.run(writer, stop).await {
+                tracing::error!(error = %format!("{error:#}"), "order intake stopped");
+            }
+        }
+    });
     tasks.close();
     tracing::info!(addr = %listener.local_addr()?, "order-service listening");
     // With each connection's peer address, which the rate limits key on.
     let app = build_app(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await
-        .context("serving HTTP")?;
+        .context("serving HTTP");
+    intake_stop.cancel();
+    served?;
     shutdown.cancel();
     tasks.wait().await;
     Ok(())

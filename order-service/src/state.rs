@@ -14,11 +14,14 @@ use sqlx::PgPool;
 
 use crate::config::Config;
 use crate::idempotency::TokenStore;
+use crate::intake::Intake;
 
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub db: PgPool,
     pub tokens: TokenStore,
+    /// Where `POST /orders` hands its order to be written with the next batch.
+    pub intake: Intake,
     /// The connection the tokens use, for [`crate::serve`]'s health check.
     pub redis: ConnectionManager,
     /// Whether Redis is known down; [`crate::serve`] runs its check.

@@ -85,6 +85,7 @@ impl Stack {
             request_timeout: Duration::from_secs(30),
             reconcile_after: Duration::from_secs(3600),
             reconcile_every: Duration::from_secs(3600),
+            intake_batch_max: 64,
             messaging: Default::default(),
             rate_limit: Default::default(),
         };

@@ -5,10 +5,9 @@ use sha2::{Digest, Sha256};
 use shared::events::{LineItem, RejectionReason};
 use shared::ids::ProductId;
 
-use super::{Invalid, product_id};
+use super::Invalid;
 
-pub const MAX_ITEMS: usize = 100;
-pub const MAX_QUANTITY: i64 = 1_000_000;
+pub use shared::line_items::{MAX_ITEMS, MAX_QUANTITY};
 pub const MAX_DEDUCTION_ID_CHARS: usize = 128;
 
 /// Line items that follow the order rules: 1 to 100 items, positive product ids,
@@ -20,36 +19,8 @@ pub struct Items(Vec<LineItem>);
 impl Items {
     /// Validates `(product_id, quantity)` pairs as the client sent them.
     pub fn parse(raw: impl IntoIterator<Item = (i64, i64)>) -> Result<Self, Invalid> {
-        let mut items = Vec::new();
-        for (index, (product, quantity)) in raw.into_iter().enumerate() {
-            let product_id =
-                product_id(product).map_err(|e| Invalid::new(format!("items[{index}]: {e}")))?;
-            if !(1..=MAX_QUANTITY).contains(&quantity) {
-                return Err(Invalid::new(format!(
-                    "items[{index}]: quantity must be between 1 and {MAX_QUANTITY}, got {quantity}"
-                )));
-            }
-            items.push(LineItem {
-                product_id,
-                quantity,
-            });
-        }
-        if items.is_empty() || items.len() > MAX_ITEMS {
-            return Err(Invalid::new(format!(
-                "items must hold 1 to {MAX_ITEMS} entries, got {}",
-                items.len()
-            )));
-        }
+        let mut items = shared::line_items::parse(raw).map_err(|e| Invalid::new(e.to_string()))?;
         items.sort_by_key(|item| item.product_id);
-        if let Some(pair) = items
-            .windows(2)
-            .find(|w| w[0].product_id == w[1].product_id)
-        {
-            return Err(Invalid::new(format!(
-                "product {} appears more than once in items",
-                pair[0].product_id
-            )));
-        }
         Ok(Self(items))
     }
 

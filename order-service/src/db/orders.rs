@@ -8,10 +8,15 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use crate::domain::OrderStatus;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
 
-/// An order as stored.
-#[derive(Debug, Clone, sqlx::FromRow)]
+use crate::domain::{OrderStatus, status};
+
+/// An order as stored. Reading one checks its status and rejection reason strictly (an
+/// unknown value fails the read; see the `FromRow` below): the texts stay `String` here only
+/// because their readers still compare text.
+#[derive(Debug, Clone)]
 pub struct OrderRow {
     pub order_id: Uuid,
     pub user_id: i64,
@@ -21,6 +26,31 @@ pub struct OrderRow {
     pub rejection_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for OrderRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        let status: String = row.try_get("status")?;
+        let rejection_reason: Option<String> = row.try_get("rejection_reason")?;
+        let strict = |column: &str, error: status::UnknownStatus| sqlx::Error::ColumnDecode {
+            index: column.to_owned(),
+            source: Box::new(error),
+        };
+        OrderStatus::read(&status).map_err(|e| strict("status", e))?;
+        if let Some(reason) = &rejection_reason {
+            status::read_rejection_reason(reason).map_err(|e| strict("rejection_reason", e))?;
+        }
+        Ok(Self {
+            order_id: row.try_get("order_id")?,
+            user_id: row.try_get("user_id")?,
+            items: row.try_get("items")?,
+            amount: row.try_get("amount")?,
+            status,
+            rejection_reason,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+        })
+    }
 }
 
 pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Option<OrderRow>> {

@@ -1,17 +1,12 @@
 //! The order request as clients send it, and the validated order it becomes.
 
-use std::collections::HashSet;
-
 use rust_decimal::Decimal;
 use serde::Deserialize;
 use shared::events::LineItem;
-use shared::ids::{ProductId, UserId};
+use shared::ids::UserId;
 use utoipa::ToSchema;
 
 use super::amount::{self, AmountInput};
-
-pub const MAX_ITEMS: usize = 100;
-pub const MAX_QUANTITY: i64 = 1_000_000;
 
 /// `POST /orders` body. `items` is canonical; `product_id` + `quantity` is accepted as a
 /// one-item order. Unknown fields (a client-sent `status`, say) are refused.
@@ -76,33 +71,11 @@ impl NewOrder {
                 return Err("send either items or product_id and quantity, not both".into());
             }
         };
-        if items.is_empty() || items.len() > MAX_ITEMS {
-            return Err(format!("an order has 1 to {MAX_ITEMS} items"));
-        }
-        let mut seen = HashSet::with_capacity(items.len());
-        for item in &items {
-            if item.product_id < 1 {
-                return Err("product_id must be a positive integer".into());
-            }
-            if !(1..=MAX_QUANTITY).contains(&item.quantity) {
-                return Err(format!("quantity must be between 1 and {MAX_QUANTITY}"));
-            }
-            if !seen.insert(item.product_id) {
-                return Err(format!(
-                    "product {} appears more than once",
-                    item.product_id
-                ));
-            }
-        }
+        let items = shared::line_items::parse(items.iter().map(|i| (i.product_id, i.quantity)))
+            .map_err(|e| e.to_string())?;
         Ok(Self {
             user_id: UserId(request.user_id),
-            items: items
-                .into_iter()
-                .map(|i| LineItem {
-                    product_id: ProductId(i.product_id),
-                    quantity: i.quantity,
-                })
-                .collect(),
+            items,
             amount: amount::parse(&request.amount)?,
         })
     }

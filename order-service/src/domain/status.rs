@@ -1,6 +1,7 @@
 //! The order status machine: `PENDING -> CONFIRMED | REJECTED | CANCELLED`, `CONFIRMED -> CANCELLED`.
 
 use serde::{Deserialize, Serialize};
+use shared::events::RejectionReason;
 use utoipa::ToSchema;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -33,6 +34,11 @@ impl OrderStatus {
         Self::ALL.into_iter().find(|s| s.as_str() == raw)
     }
 
+    /// Reads a stored or sent status strictly: an unknown value is an error, never a default.
+    pub fn read(raw: &str) -> Result<Self, UnknownStatus> {
+        Self::parse(raw).ok_or_else(|| UnknownStatus(raw.to_owned()))
+    }
+
     /// Whether the machine allows going from `self` to `to`.
     pub fn can_become(self, to: Self) -> bool {
         matches!(
@@ -43,6 +49,22 @@ impl OrderStatus {
             ) | (Self::Confirmed, Self::Cancelled)
         )
     }
+}
+
+/// A status text that is none of the four.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown order status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+/// Reads a stored rejection reason strictly (see [`OrderStatus::read`]).
+pub fn read_rejection_reason(raw: &str) -> Result<RejectionReason, UnknownStatus> {
+    [
+        RejectionReason::InsufficientStock,
+        RejectionReason::UnknownProduct,
+    ]
+    .into_iter()
+    .find(|reason| reason.as_str() == raw)
+    .ok_or_else(|| UnknownStatus(raw.to_owned()))
 }
 
 #[cfg(test)]
@@ -69,5 +91,12 @@ mod tests {
         }
         assert_eq!(OrderStatus::parse("CANCELLED"), Some(Cancelled));
         assert_eq!(OrderStatus::parse("cancelled"), None);
+        assert_eq!(OrderStatus::read("CONFIRMED"), Ok(Confirmed));
+        assert!(OrderStatus::read("SHIPPED").is_err());
+        assert_eq!(
+            read_rejection_reason("unknown_product"),
+            Ok(RejectionReason::UnknownProduct)
+        );
+        assert!(read_rejection_reason("out_of_stock").is_err());
     }
 }

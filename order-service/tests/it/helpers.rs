@@ -38,6 +38,7 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         request_timeout: Duration::from_secs(10),
         reconcile_after: Duration::from_secs(3600),
         reconcile_every: Duration::from_secs(3600),
+        intake_batch_max: 64,
         messaging: Default::default(),
         rate_limit: Default::default(),
     }

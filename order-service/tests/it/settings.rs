@@ -20,6 +20,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("CONSUMER_PREFETCH", "0"),
     ("VACUUM_EVERY_SECS", "0"),
     ("DATABASE_MAX_CONNECTIONS", "0"),
+    ("INTAKE_BATCH_MAX", "0"),
     ("IDEMPOTENCY_TOKEN_TTL_SECS", "soon"),
     ("REQUEST_TIMEOUT_SECS", "0"),
     ("REDIS_TIMEOUT_MS", "0"),
