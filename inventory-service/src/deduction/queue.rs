@@ -142,8 +142,17 @@ impl Deductions {
                     return;
                 };
                 let size = queue.len().min(MAX_BATCH);
-                queue.drain(..size).collect()
+                // A request whose client left (or timed out) while it queued is dropped
+                // unapplied: its client was not told it went through, and a retry with the
+                // same id applies it then.
+                queue
+                    .drain(..size)
+                    .filter(|w| !w.reply.is_closed())
+                    .collect()
             };
+            if batch.is_empty() {
+                continue;
+            }
             self.inner.counters.batches.fetch_add(1, Ordering::Relaxed);
             let answers = batch::run(
                 &self.inner.db,

@@ -206,3 +206,43 @@ async fn a_lone_deduction_is_a_batch_of_one_that_goes_at_once() {
     assert_eq!(after.waiting, 0);
     assert_eq!(app.stock(1).await, 2);
 }
+
+#[tokio::test]
+async fn a_deduction_whose_client_left_while_it_queued_is_not_applied() {
+    let app = TestApp::spawn_with(patient).await;
+    app.create_product(1, 10).await;
+    let other_process = app.locker(LockOptions {
+        ttl: Duration::from_secs(30),
+        wait: WAIT,
+        renew: true,
+    });
+    let held = other_process.acquire(ProductId(1)).await.expect("the lock");
+    let before = app.deductions.stats();
+    let opener = send(&app, "opener", &[(1, 1)]);
+    let deductions = app.deductions.clone();
+    eventually(WAIT, || {
+        let stats = deductions.stats();
+        async move { (stats.batches > before.batches).then_some(()) }
+    })
+    .await;
+    let gone = send(&app, "gone", &[(1, 5)]);
+    waiting_reaches(&app, 1).await;
+    gone.abort();
+    // The server learns of the closed connection and drops the waiting handler.
+    let stayed = send(&app, "stayed", &[(1, 2)]);
+    waiting_reaches(&app, 2).await;
+    held.release().await;
+    assert_eq!(opener.await.expect("the opener").0, 200);
+    assert_eq!(stayed.await.expect("the one that stayed").0, 200);
+    assert_eq!(
+        app.stock(1).await,
+        10 - 1 - 2,
+        "the abandoned one deducted nothing"
+    );
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deductions WHERE deduction_id = 'gone'")
+            .fetch_one(&app.db)
+            .await
+            .expect("a count");
+    assert_eq!(recorded, 0);
+}
