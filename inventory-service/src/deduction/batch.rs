@@ -64,23 +64,19 @@ async fn attempt(
     batch: &[Waiter],
 ) -> Result<Vec<Answer>, AttemptError> {
     let locks = locker.acquire_all(products).await?;
-    let result = apply_under(&locks, db, counters, batch).await;
+    let result = apply_under(&locks, db, counters, products, batch).await;
     locks.release().await;
-    match result? {
-        Some(answers) => Ok(answers),
-        None => {
-            Err(StockError::Contended(products.first().copied().unwrap_or(ProductId(0))).into())
-        }
-    }
+    result
 }
 
-/// `None` when the rows kept changing under the batch.
+/// Applies the batch under `locks`; [`StockError::Contended`] when the rows kept changing.
 async fn apply_under(
     locks: &Locks,
     db: &PgPool,
     counters: &Counters,
+    products: &[ProductId],
     batch: &[Waiter],
-) -> Result<Option<Vec<Answer>>, AttemptError> {
+) -> Result<Vec<Answer>, AttemptError> {
     let pending: Vec<Pending<'_>> = batch
         .iter()
         .map(|w| Pending {
@@ -90,13 +86,9 @@ async fn apply_under(
         })
         .collect();
     let ids: Vec<&str> = pending.iter().map(|p| p.id).collect();
-    let products = batch
-        .first()
-        .map(|w| w.request.items.product_ids())
-        .unwrap_or_default();
     for _ in 0..=db::stock::MAX_VERSION_RETRIES {
         let mut tx = db.begin().await?;
-        let stock = db::deductions::read_stock(&mut tx, &products).await?;
+        let stock = db::deductions::read_stock(&mut tx, products).await?;
         let stored = db::deductions::find_many(&mut tx, &ids).await?;
         let judgement = judge::judge(&pending, &stock, &stored);
         let firsts = first_responses(batch, &judgement)?;
@@ -133,9 +125,10 @@ async fn apply_under(
                 Outcome::Rejected { reason, .. } => reason.as_str(),
             });
         }
-        return Ok(Some(answers(batch, &judgement, firsts, &stored)));
+        return Ok(answers(batch, &judgement, firsts, &stored));
     }
-    Ok(None)
+    let product = products.first().copied().unwrap_or(ProductId(0));
+    Err(StockError::Contended(product).into())
 }
 
 /// The first requests of their ids: index in the batch, outcome and response.
