@@ -71,6 +71,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         },
         redis_health.clone(),
     );
+    let deductions = deduction::Deductions::new(db.clone(), locker.clone());
     Ok(AppState {
         readiness: Readiness {
             db: db.clone(),
@@ -81,6 +82,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         redis,
         redis_health,
         locker,
+        deductions,
         broker,
         admin_token: AdminToken::new(config.admin_token.clone()),
         outbox: OutboxSignal::default(),

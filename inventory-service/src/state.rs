@@ -13,6 +13,7 @@ use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
 use crate::config::Config;
+use crate::deduction::Deductions;
 use crate::lock::Locker;
 
 #[derive(Clone)]
@@ -23,6 +24,8 @@ pub struct AppState {
     pub redis_health: RedisHealth,
     /// Per-product stock locks.
     pub locker: Locker,
+    /// `POST /deductions`, applied in batches per product set.
+    pub deductions: Deductions,
     /// The RabbitMQ connection; [`crate::serve`] runs its supervisor.
     pub broker: Broker,
     pub admin_token: AdminToken,

@@ -1,5 +1,6 @@
-//! The hottest writes of inventory, each in one statement for the common case: one item, an
-//! id seen for the first time.
+//! The consumer's hottest writes, each in one statement for the common case: one item, an
+//! order seen for the first time. (`POST /deductions` has its own batch statement in
+//! [`super::deductions`].)
 //!
 //! One statement is one implicit transaction in PostgreSQL: every row it writes commits
 //! together or not at all, in one round trip instead of the six to ten of the general path.
@@ -7,8 +8,8 @@
 //! waits. Each statement either does the whole job or writes nothing, and then the caller
 //! takes the general path (a transaction that reads, decides and explains):
 //! - the conditional update matched no row (stock short, version moved, unknown product);
-//! - a primary key was taken (the message or deduction id was seen before, the order already
-//!   has a reservation or a tombstone): PostgreSQL fails the statement, undoing its update.
+//! - a primary key was taken (the message id was seen before, the order already has a
+//!   reservation or a tombstone): PostgreSQL fails the statement, undoing its update.
 //!
 //! The update is the conditional update of [`super::stock`], with the version the same
 //! statement read: `... WHERE product_id = $1 AND stock >= $2 AND version = <read>`.
@@ -20,7 +21,6 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::deductions::NewDeduction;
 use super::reservations::ReservationState;
 
 /// What a one-statement attempt did.
@@ -43,32 +43,6 @@ macro_rules! deducted_cte {
              RETURNING product_id \
          )"
     };
-}
-
-/// Deducts `item` and records the deduction's first outcome (`APPLIED`).
-pub async fn deduct(
-    conn: &mut PgConnection,
-    item: LineItem,
-    deduction: &NewDeduction<'_>,
-) -> sqlx::Result<Attempt> {
-    const STATEMENT: &str = concat!(
-        "WITH ",
-        deducted_cte!(),
-        " INSERT INTO deductions (deduction_id, fingerprint, items, status, rejection_reason, \
-               response_status, response_body) \
-             SELECT $3, $4, $5, 'APPLIED', NULL, $6, $7 FROM deducted"
-    );
-    let result = sqlx::query(STATEMENT)
-        .bind(item.product_id.0)
-        .bind(item.quantity)
-        .bind(deduction.deduction_id)
-        .bind(deduction.fingerprint)
-        .bind(&deduction.items)
-        .bind(i16::try_from(deduction.response_status).unwrap_or(500))
-        .bind(deduction.response_body)
-        .execute(conn)
-        .await;
-    attempt(result)
 }
 
 /// Handles an order's creation message the first time: deducts its one item, stores the

@@ -92,6 +92,48 @@ pub enum Outcome {
     },
 }
 
+/// How a deduction id's first request ended, as the `deductions.status` column keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeductionStatus {
+    /// Every item was deducted.
+    Applied,
+    /// Nothing was deducted (unknown product or short stock).
+    Rejected,
+}
+
+/// A stored status this code does not know: a row it must not guess about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown deduction status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+impl DeductionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Applied => "APPLIED",
+            Self::Rejected => "REJECTED",
+        }
+    }
+
+    /// Reads the column strictly: anything but the two known values is an error, never a
+    /// default (the CHECK constraint admits nothing else, so one means a schema drift).
+    pub fn parse(raw: &str) -> Result<Self, UnknownStatus> {
+        match raw {
+            "APPLIED" => Ok(Self::Applied),
+            "REJECTED" => Ok(Self::Rejected),
+            other => Err(UnknownStatus(other.to_owned())),
+        }
+    }
+}
+
+impl From<Outcome> for DeductionStatus {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Applied => Self::Applied,
+            Outcome::Rejected { .. } => Self::Rejected,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +182,14 @@ mod tests {
         assert!(DeductionId::parse(&"d".repeat(129)).is_err());
         assert!(DeductionId::parse("").is_err());
         assert!(DeductionId::parse(" \t").is_err());
+    }
+
+    #[test]
+    fn a_stored_status_is_read_strictly() {
+        for status in [DeductionStatus::Applied, DeductionStatus::Rejected] {
+            assert_eq!(DeductionStatus::parse(status.as_str()), Ok(status));
+        }
+        assert!(DeductionStatus::parse("applied").is_err());
+        assert!(DeductionStatus::parse("").is_err());
     }
 }

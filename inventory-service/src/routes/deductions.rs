@@ -5,7 +5,7 @@ use platform::http::{AdminAuth, Json};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use crate::deduction::{self, DeductionApplied};
+use crate::deduction::DeductionApplied;
 use crate::domain::deduction::{DeductionId, DeductionRequest, Items};
 use crate::error::ApiError;
 use crate::replay::StoredResponse;
@@ -69,5 +69,5 @@ pub async fn create(
         id: DeductionId::parse(&body.deduction_id)?,
         items: Items::parse(body.items.iter().map(|i| (i.product_id, i.quantity)))?,
     };
-    deduction::apply(&state, &request).await
+    state.deductions.apply(request).await
 }

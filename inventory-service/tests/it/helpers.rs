@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use inventory_service::Config;
+use inventory_service::deduction::Deductions;
 use inventory_service::lock::{LockOptions, Locker};
 use platform::testing::{TestDatabase, TestVhost, redis_prefix, redis_url};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
@@ -26,6 +27,8 @@ pub struct TestApp {
     /// The service's own database, for checks behind the API.
     pub db: PgPool,
     pub config: Config,
+    /// The service's deduction batches, to count them.
+    pub deductions: Deductions,
     shutdown: CancellationToken,
     _database: TestDatabase,
     _vhost: TestVhost,
@@ -57,6 +60,7 @@ impl TestApp {
         let state = inventory_service::build_state(config.clone())
             .await
             .expect("the service state builds");
+        let deductions = state.deductions.clone();
         let listener = tokio::net::TcpListener::bind(config.http_addr)
             .await
             .expect("a free port");
@@ -77,6 +81,7 @@ impl TestApp {
             anonymous: reqwest::Client::new(),
             db: database.pool.clone(),
             config,
+            deductions,
             shutdown,
             _database: database,
             _vhost: vhost,

@@ -2,8 +2,10 @@
 //! by its own database, Redis key prefix and AMQP vhost.
 
 mod auth;
+mod batching;
 mod concurrency;
 mod crash;
+mod deduction_batch;
 mod deductions;
 mod delivery_limit;
 mod edge;

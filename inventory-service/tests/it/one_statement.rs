@@ -1,7 +1,7 @@
-//! The one-statement writes either do the whole job or write nothing at all, whatever stops
-//! them: a short stock, a taken id, a tombstone.
+//! The consumer's one-statement writes either do the whole job or write nothing at all,
+//! whatever stops them: a short stock, a taken id, a tombstone. (The deduction batch's
+//! statement is tested in `deduction_batch`.)
 
-use inventory_service::db::deductions::NewDeduction;
 use inventory_service::db::one_statement::{self, Attempt};
 use platform::http::TraceContext;
 use platform::outbox::NewOutboxRow;
@@ -48,18 +48,6 @@ async fn count(pool: &PgPool, table: &'static str) -> i64 {
         .expect("a count")
 }
 
-fn deduction(id: &str) -> NewDeduction<'_> {
-    NewDeduction {
-        deduction_id: id,
-        fingerprint: "f",
-        items: serde_json::json!([{"product_id": PRODUCT, "quantity": 2}]),
-        status: "APPLIED",
-        rejection_reason: None,
-        response_status: 200,
-        response_body: b"{}",
-    }
-}
-
 fn reserved_event(order_id: OrderId) -> NewOutboxRow {
     let event = InventoryEvent::Reserved(StockReserved {
         order_id,
@@ -85,35 +73,6 @@ async fn reserve(pool: &PgPool, order_id: OrderId, message_id: Uuid, quantity: i
     )
     .await
     .expect("the statement runs")
-}
-
-#[tokio::test]
-async fn a_deduction_commits_with_its_outcome_and_a_taken_id_undoes_the_update() {
-    let db = database_with_stock(5).await;
-    let mut conn = db.pool.acquire().await.expect("a connection");
-
-    let first = one_statement::deduct(&mut conn, item(2), &deduction("d-1")).await;
-    assert_eq!(first.expect("runs"), Attempt::Done);
-    assert_eq!(stock_and_version(&db.pool).await, (3, 1));
-    assert_eq!(count(&db.pool, "deductions").await, 1);
-
-    let again = one_statement::deduct(&mut conn, item(2), &deduction("d-1")).await;
-    assert_eq!(again.expect("runs"), Attempt::NotTaken);
-    assert_eq!(
-        stock_and_version(&db.pool).await,
-        (3, 1),
-        "the id was taken, so the update of the same statement was undone"
-    );
-}
-
-#[tokio::test]
-async fn a_deduction_the_stock_cannot_cover_writes_nothing() {
-    let db = database_with_stock(1).await;
-    let mut conn = db.pool.acquire().await.expect("a connection");
-    let short = one_statement::deduct(&mut conn, item(2), &deduction("d-2")).await;
-    assert_eq!(short.expect("runs"), Attempt::NotTaken);
-    assert_eq!(stock_and_version(&db.pool).await, (1, 0));
-    assert_eq!(count(&db.pool, "deductions").await, 0);
 }
 
 #[tokio::test]

@@ -1,0 +1,43 @@
+//! `POST /deductions`: applied in batches by group commit, one transaction and one commit
+//! for every request that queued for the same products while the previous batch ran.
+//!
+//! - [`queue`]: who leads, what joins the next batch, [`MAX_BATCH`].
+//! - [`batch`]: one batch under one lock: read, judge, write in one statement, commit.
+//! - [`judge`]: every request in arrival order against the stock the earlier ones left.
+//! - [`response`]: the first answer of an id (stored) and its replays.
+//! - [`retry`]: the retry policy shared by everything that deducts (the consumer too).
+//!
+//! A batch of one runs the same code as a batch of a hundred: there is no other write path.
+
+mod batch;
+mod judge;
+mod queue;
+mod response;
+mod retry;
+
+use serde::Serialize;
+use shared::events::LineItem;
+use utoipa::ToSchema;
+
+pub use queue::{BatchStats, Deductions, MAX_BATCH};
+pub use retry::{AttemptError, Retry};
+
+/// The body of an applied deduction.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({
+    "deduction_id": "flash-2026-11-29-0001", "status": "APPLIED",
+    "items": [{"product_id": 1001, "quantity": 1}]
+}))]
+pub struct DeductionApplied {
+    pub deduction_id: String,
+    pub status: AppliedStatus,
+    /// The items deducted, in ascending product id.
+    pub items: Vec<LineItem>,
+}
+
+/// Always `APPLIED`: a refused deduction answers a problem instead.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AppliedStatus {
+    Applied,
+}

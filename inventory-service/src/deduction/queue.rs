@@ -1,0 +1,194 @@
+//! The group commit of `POST /deductions`: requests for the same products queue up while a
+//! batch of theirs is being applied, and when it commits, the leader takes everything queued
+//! (up to [`MAX_BATCH`]) as the next batch. No wait to gather: a request that finds no batch
+//! under way starts one at once, alone.
+//!
+//! Requests are grouped by their lock key, the sorted set of their products. The hot case
+//! (many one-item deductions of one product) shares a key; a multi-item request batches with
+//! requests for exactly its products, and batches of overlapping keys meet, one at a time,
+//! at the product locks and the conditional update. Grouping by exact key keeps the batch
+//! under one [`crate::lock::Locker::acquire_all`] of a fixed product set, so a batch never
+//! grows its lock set while holding it.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use anyhow::anyhow;
+use shared::ids::ProductId;
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+
+use super::batch;
+use crate::domain::deduction::DeductionRequest;
+use crate::error::ApiError;
+use crate::lock::Locker;
+use crate::replay::StoredResponse;
+
+/// The most requests one batch applies; the rest wait for the next commit.
+pub const MAX_BATCH: usize = 128;
+
+/// A queued request and where its answer goes.
+pub(super) struct Waiter {
+    pub request: DeductionRequest,
+    /// Of the items, worked out before queueing so the leader does not hash for everyone.
+    pub fingerprint: String,
+    pub reply: oneshot::Sender<Result<StoredResponse, ApiError>>,
+}
+
+/// What the batches did so far, for tests and operators.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Batches a leader took from a queue.
+    pub batches: u64,
+    /// Transactions committed by batches.
+    pub commits: u64,
+    /// Requests queued and not yet taken into a batch.
+    pub waiting: usize,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    batches: AtomicU64,
+    pub commits: AtomicU64,
+}
+
+/// Applies `POST /deductions` in batches. Cheap to clone; one per process.
+#[derive(Clone)]
+pub struct Deductions {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: PgPool,
+    locker: Locker,
+    /// A key is present exactly while a leader serves it.
+    queues: Mutex<HashMap<Vec<ProductId>, VecDeque<Waiter>>>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Deductions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deductions")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deductions {
+    pub fn new(db: PgPool, locker: Locker) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                db,
+                locker,
+                queues: Mutex::default(),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    pub fn stats(&self) -> BatchStats {
+        BatchStats {
+            batches: self.inner.counters.batches.load(Ordering::Relaxed),
+            commits: self.inner.counters.commits.load(Ordering::Relaxed),
+            waiting: self.queues().values().map(VecDeque::len).sum(),
+        }
+    }
+
+    /// Applies `request` once per deduction id, in the next batch for its products; a repeat
+    /// gets the first outcome.
+    pub async fn apply(&self, request: DeductionRequest) -> Result<StoredResponse, ApiError> {
+        let key = request.items.product_ids();
+        let (reply, answer) = oneshot::channel();
+        let waiter = Waiter {
+            fingerprint: request.items.fingerprint(),
+            request,
+            reply,
+        };
+        let lead = match self.queues().entry(key.clone()) {
+            Entry::Occupied(mut queue) => {
+                queue.get_mut().push_back(waiter);
+                false
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(VecDeque::from([waiter]));
+                true
+            }
+        };
+        if lead {
+            // The leader runs on its own task, not on this request's: a client that goes
+            // away (or the request timeout) must not drop a batch that answers others. It
+            // ends as soon as its queue is empty.
+            tokio::spawn(self.clone().lead(key));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(anyhow!("the deduction batch stopped before answering").into()))
+    }
+
+    async fn lead(self, key: Vec<ProductId>) {
+        let mut leading = Leading {
+            deductions: &self,
+            key: &key,
+            armed: true,
+        };
+        loop {
+            let batch: Vec<Waiter> = {
+                let mut queues = self.queues();
+                let Some(queue) = queues.get_mut(&key).filter(|q| !q.is_empty()) else {
+                    queues.remove(&key);
+                    leading.armed = false;
+                    return;
+                };
+                let size = queue.len().min(MAX_BATCH);
+                // A request whose client left (or timed out) while it queued is dropped
+                // unapplied: its client was not told it went through, and a retry with the
+                // same id applies it then.
+                queue
+                    .drain(..size)
+                    .filter(|w| !w.reply.is_closed())
+                    .collect()
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            self.inner.counters.batches.fetch_add(1, Ordering::Relaxed);
+            let answers = batch::run(
+                &self.inner.db,
+                &self.inner.locker,
+                &self.inner.counters,
+                &batch,
+            )
+            .await;
+            for (waiter, answer) in batch.into_iter().zip(answers) {
+                // A receiver that is gone was a client that left; its outcome is stored.
+                let _ = waiter.reply.send(answer);
+            }
+        }
+    }
+
+    fn queues(&self) -> MutexGuard<'_, HashMap<Vec<ProductId>, VecDeque<Waiter>>> {
+        // Nothing panics while holding the lock, and the map stays consistent if it did.
+        self.inner
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Frees the key when a leader stops without emptying its queue (a panic): the waiters are
+/// dropped, so they answer 500 instead of waiting forever, and the next request leads anew.
+struct Leading<'a> {
+    deductions: &'a Deductions,
+    key: &'a [ProductId],
+    armed: bool,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.deductions.queues().remove(self.key);
+        }
+    }
+}
