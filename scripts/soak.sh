@@ -52,7 +52,7 @@ PGBIN="${PGBIN:-$(dirname "$(command -v pg_ctl)")}"
 
 # ---------------------------------------------------------------- private backing services
 start_postgres() {
-  as_user postgres "$PGBIN/pg_ctl" -D "$work/pg" -l "$out/postgres.log" -w \
+  as_user postgres "$PGBIN/pg_ctl" -D "$work/pg" -l "$work/pg/server.log" -w \
     -o "-p $PG_PORT -k $work/pg -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
 }
 start_redis() {
@@ -113,6 +113,7 @@ cleanup() {
   rabbit_env rabbitmqctl -n "$RABBIT_NODE" -q stop >/dev/null 2>&1
   redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1
   as_user postgres "$PGBIN/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1
+  cp "$work/pg/server.log" "$out/postgres.log" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
