@@ -87,7 +87,10 @@ start_service() { # kind index
   local kind="$1" index="$2" port database
   if [ "$kind" = order ]; then port="${ORDER_PORTS[$index]}"; database=orders
   else port="${INVENTORY_PORTS[$index]}"; database=inventory; fi
-  env HTTP_ADDR="127.0.0.1:$port" \
+  # As in production, without RUST_BACKTRACE: with it, every logged error captures a backtrace
+  # and the first one printed loads the binary's debug line tables (about 120 MiB, kept for
+  # the life of the process), which would read as a leak here.
+  env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE HTTP_ADDR="127.0.0.1:$port" \
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$database" \
     REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" \
     AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f" \
