@@ -13,15 +13,10 @@
 //! The update is the conditional update of [`super::stock`], with the version the same
 //! statement read: `... WHERE product_id = $1 AND stock >= $2 AND version = <read>`.
 
-use platform::outbox::NewOutboxRow;
-use shared::events::{LineItem, RejectionReason};
-use shared::ids::OrderId;
+use shared::events::LineItem;
 use sqlx::PgConnection;
-use sqlx::types::Json;
-use uuid::Uuid;
 
 use super::deductions::NewDeduction;
-use super::reservations::ReservationState;
 
 /// What a one-statement attempt did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,71 +63,6 @@ pub async fn deduct(
         .bind(deduction.response_body)
         .execute(conn)
         .await;
-    attempt(result)
-}
-
-/// Handles an order's creation message the first time: deducts its one item, stores the
-/// `APPLIED` reservation, records the message id and writes `inventory.reserved` to the outbox.
-pub async fn reserve(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    item: LineItem,
-    message_id: Uuid,
-    kind: &str,
-    event: NewOutboxRow,
-) -> sqlx::Result<Attempt> {
-    const STATEMENT: &str = concat!(
-        "WITH ",
-        deducted_cte!(),
-        ", reserved AS ( \
-                 INSERT INTO reservations (order_id, state, items) \
-                 SELECT $3, $4, $5 FROM deducted RETURNING order_id \
-             ), recorded AS ( \
-                 INSERT INTO processed_messages (message_id, kind) SELECT $6, $7 FROM reserved \
-             ) \
-             INSERT INTO outbox (event_id, exchange, routing_key, payload, headers) \
-             SELECT $8, $9, $10, $11, $12 FROM reserved"
-    );
-    let query = sqlx::query(STATEMENT)
-        .bind(item.product_id.0)
-        .bind(item.quantity)
-        .bind(order_id.0)
-        .bind(ReservationState::Applied.as_str())
-        .bind(Json([item]))
-        .bind(message_id)
-        .bind(kind);
-    let result = event.bind_to(query).execute(conn).await;
-    attempt(result)
-}
-
-/// Handles an order's creation message the first time when the stock cannot cover it: stores
-/// the `REJECTED` reservation, records the message id and writes `inventory.rejected`.
-pub async fn reject(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    items: &[LineItem],
-    reason: RejectionReason,
-    message_id: Uuid,
-    kind: &str,
-    event: NewOutboxRow,
-) -> sqlx::Result<Attempt> {
-    let query = sqlx::query(
-        "WITH rejected AS ( \
-             INSERT INTO reservations (order_id, state, items, rejection_reason) \
-             VALUES ($1, $2, $3, $4) RETURNING order_id \
-         ), recorded AS ( \
-             INSERT INTO processed_messages (message_id, kind) SELECT $5, $6 FROM rejected \
-         ) \
-         INSERT INTO outbox (event_id, exchange, routing_key, payload, headers) \
-         SELECT $7, $8, $9, $10, $11 FROM rejected",
-    )
-    .bind(order_id.0)
-    .bind(ReservationState::Rejected.as_str())
-    .bind(Json(items))
-    .bind(reason.as_str())
-    .bind(message_id)
-    .bind(kind);
-    let result = event.bind_to(query).execute(conn).await;
     attempt(result)
 }
 

@@ -8,7 +8,8 @@ use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
 use shared::ids::OrderId;
 use shared::keys;
 use sqlx::PgConnection;
-use uuid::Uuid;
+
+mod batch;
 
 use crate::db;
 use crate::db::orders::OrderRow;
@@ -31,6 +32,8 @@ pub struct Transition {
     end_to_end: Option<f64>,
 }
 
+pub use batch::{Effect, Incoming, SettleError, Settled, settle_all};
+
 impl Transition {
     fn from_row(row: &OrderRow, from: OrderStatus) -> Self {
         let to = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
@@ -39,34 +42,17 @@ impl Transition {
         Self { to, end_to_end }
     }
 
+    /// An order that left `PENDING` for `to`, created at `created_at`.
+    fn left_pending(to: OrderStatus, created_at: chrono::DateTime<Utc>) -> Self {
+        let end_to_end = Some((Utc::now() - created_at).as_seconds_f64().max(0.0));
+        Self { to, end_to_end }
+    }
+
     pub fn record(self) {
         metrics::counter!(ORDER_TRANSITIONS_TOTAL, "to" => self.to.as_str()).increment(1);
         if let Some(seconds) = self.end_to_end {
             metrics::histogram!(ORDER_END_TO_END_SECONDS).record(seconds);
         }
-    }
-}
-
-/// The fast path for a first verdict on a `PENDING` order: settles it and records the
-/// message id in one statement. `None` when that did not apply (the order left `PENDING`, or
-/// the message was seen before); then nothing was written and the caller goes on with
-/// [`apply_verdict`] inside its own transaction.
-pub async fn apply_first_verdict(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    verdict: Verdict,
-    message_id: Uuid,
-    kind: &str,
-) -> sqlx::Result<Option<Transition>> {
-    let (to, reason) = target(verdict);
-    match db::orders::settle_pending_recording(conn, order_id, to, reason, message_id, kind).await {
-        Ok(row) => Ok(row.map(|row| Transition::from_row(&row, OrderStatus::Pending))),
-        Err(sqlx::Error::Database(e))
-            if e.constraint() == Some(platform::inbox::MESSAGE_ID_KEY) =>
-        {
-            Ok(None)
-        }
-        Err(error) => Err(error),
     }
 }
 
