@@ -2,6 +2,7 @@
 //! by its own database, Redis key prefix and AMQP vhost.
 
 mod auth;
+mod batch;
 mod concurrency;
 mod crash;
 mod deductions;
