@@ -1,5 +1,6 @@
-//! The hottest writes of inventory, each in one statement for the common case: one item, an
-//! id seen for the first time.
+//! A direct deduction in one statement for the common case: one item, an id seen for the
+//! first time. (Reservations for order events are written by the consumer's batch path,
+//! `messaging::batch`, with multi-row statements instead.)
 //!
 //! One statement is one implicit transaction in PostgreSQL: every row it writes commits
 //! together or not at all, in one round trip instead of the six to ten of the general path.
@@ -7,8 +8,8 @@
 //! waits. Each statement either does the whole job or writes nothing, and then the caller
 //! takes the general path (a transaction that reads, decides and explains):
 //! - the conditional update matched no row (stock short, version moved, unknown product);
-//! - a primary key was taken (the message or deduction id was seen before, the order already
-//!   has a reservation or a tombstone): PostgreSQL fails the statement, undoing its update.
+//! - a primary key was taken (the deduction id was seen before): PostgreSQL fails the
+//!   statement, undoing its update.
 //!
 //! The update is the conditional update of [`super::stock`], with the version the same
 //! statement read: `... WHERE product_id = $1 AND stock >= $2 AND version = <read>`.

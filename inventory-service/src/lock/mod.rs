@@ -209,20 +209,6 @@ impl Locker {
         self.take_keys(ids, turns, started, deadline).await
     }
 
-    /// [`Locker::acquire_all`], but only if no other task of this process holds or awaits
-    /// any of the products; `None` (nothing taken) otherwise. For callers that would rather
-    /// do something cheaper than queue, such as checking the stock is worth queueing for.
-    pub async fn acquire_all_if_idle(
-        &self,
-        products: &[ProductId],
-    ) -> Option<Result<Locks, LockError>> {
-        let ids = sorted_unique(products);
-        let turns = self.inner.local.try_enter(&ids)?;
-        let started = Instant::now();
-        let deadline = started + self.inner.options.wait;
-        Some(self.take_keys(ids, turns, started, deadline).await)
-    }
-
     /// With this process's turns on `ids`, takes their Redis keys (or the ones the previous
     /// local holders left).
     async fn take_keys(
