@@ -131,19 +131,23 @@ pub async fn read_all(
         .collect())
 }
 
-/// A change of one product's stock decided against the row as read at `version`.
+/// A change of one product's stock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Change {
     pub product_id: ProductId,
     /// Added to the stock (negative for a deduction).
     pub delta: i64,
-    pub version: i64,
+    /// The version the decision was based on; `None` for a give-back decided without reading
+    /// the row (an increment cannot oversell, so it needs no lock and checks no version; the
+    /// version bump makes a concurrent deduction re-read and retry).
+    pub version: Option<i64>,
 }
 
-/// The conditional update for many products in one statement (ascending product id, like
-/// every deduction): each row changes only if it still has the version it was read at and
-/// its stock stays non-negative. `false` when any row did not match: the caller rolls back,
-/// since a decision it made was based on a row that moved.
+/// Every change in one statement: each row changes only if it still has the version it was
+/// read at (when one is given) and its stock stays non-negative. One statement for all the
+/// rows (two statements could take two rows' locks in opposite orders to another writer's),
+/// fed in ascending product id like every deduction. `false` when any row did not match: the caller rolls back, since a decision it made was
+/// based on a row that moved.
 pub async fn apply_changes(conn: &mut PgConnection, changes: &[Change]) -> sqlx::Result<bool> {
     if changes.is_empty() {
         return Ok(true);
@@ -152,11 +156,13 @@ pub async fn apply_changes(conn: &mut PgConnection, changes: &[Change]) -> sqlx:
     sorted.sort_by_key(|c| c.product_id);
     let ids: Vec<i64> = sorted.iter().map(|c| c.product_id.0).collect();
     let deltas: Vec<i64> = sorted.iter().map(|c| c.delta).collect();
-    let versions: Vec<i64> = sorted.iter().map(|c| c.version).collect();
+    let versions: Vec<Option<i64>> = sorted.iter().map(|c| c.version).collect();
     let done = sqlx::query(
         "UPDATE products p SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now() \
-         FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS c(product_id, delta, version) \
-         WHERE p.product_id = c.product_id AND p.version = c.version AND p.stock + c.delta >= 0",
+         FROM (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) \
+               AS c(product_id, delta, version) ORDER BY product_id) AS c \
+         WHERE p.product_id = c.product_id \
+           AND (c.version IS NULL OR p.version = c.version) AND p.stock + c.delta >= 0",
     )
     .bind(ids)
     .bind(deltas)
@@ -164,30 +170,4 @@ pub async fn apply_changes(conn: &mut PgConnection, changes: &[Change]) -> sqlx:
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == changes.len() as u64)
-}
-
-/// Gives `items` back (cancelled orders' compensation), in one statement. An increment
-/// cannot oversell, so it takes no lock and checks no version; the version bump makes a
-/// concurrent deduction re-read and retry.
-pub async fn give_back_all(conn: &mut PgConnection, items: &[LineItem]) -> sqlx::Result<()> {
-    if items.is_empty() {
-        return Ok(());
-    }
-    // One row per product (an UPDATE joins each row once), ascending like every deduction so
-    // two writers never deadlock on rows.
-    let mut totals = std::collections::BTreeMap::new();
-    for item in items {
-        *totals.entry(item.product_id.0).or_insert(0_i64) += item.quantity;
-    }
-    let (ids, quantities): (Vec<i64>, Vec<i64>) = totals.into_iter().unzip();
-    sqlx::query(
-        "UPDATE products p SET stock = p.stock + b.quantity, version = p.version + 1, updated_at = now() \
-         FROM unnest($1::bigint[], $2::bigint[]) AS b(product_id, quantity) \
-         WHERE p.product_id = b.product_id",
-    )
-    .bind(ids)
-    .bind(quantities)
-    .execute(conn)
-    .await
-    .map(drop)
 }

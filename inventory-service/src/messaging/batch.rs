@@ -9,8 +9,9 @@
 //!   rejected (a large order refused does not stop a later small one); a cancellation gives
 //!   back what its order holds, once, or leaves a tombstone when the order was never seen,
 //!   so its creation later in the batch, or in a later one, deducts nothing.
-//! - Then the stock changes (the conditional update: version as read), reservations, message
-//!   ids and outbox rows are written with one multi-row statement each. A row that moved
+//! - Then the stock changes (the conditional update: version as read; give-backs to products
+//!   the batch did not read need no version), reservations, message ids and outbox rows are
+//!   written with one multi-row statement each. A row that moved
 //!   since it was read fails the batch as contention; the caller rolls back and tries again.
 
 use std::collections::{HashMap, HashSet};
@@ -170,23 +171,32 @@ pub async fn apply(conn: &mut PgConnection, works: &[Work]) -> Result<Vec<Handle
         }
     }
 
-    let changes: Vec<Change> = read
+    let mut changes: Vec<Change> = read
         .iter()
         .filter_map(|(id, row)| {
             let delta = stock[id] - row.stock;
             (delta != 0).then_some(Change {
                 product_id: *id,
                 delta,
-                version: row.version,
+                version: Some(row.version),
             })
         })
         .collect();
+    // One row per product: an UPDATE joins each row once.
+    let mut given_back: HashMap<ProductId, i64> = HashMap::new();
+    for item in given_back_unread {
+        *given_back.entry(item.product_id).or_default() += item.quantity;
+    }
+    changes.extend(given_back.into_iter().map(|(product_id, delta)| Change {
+        product_id,
+        delta,
+        version: None,
+    }));
     if !db::stock::apply_changes(conn, &changes).await? {
         return Err(BatchError::Contended(
             "a product's stock moved since it was read",
         ));
     }
-    db::stock::give_back_all(conn, &given_back_unread).await?;
     let (inserted, released): (Vec<&Known>, Vec<&Known>) = known
         .values()
         .filter(|k| k.new || k.released)
