@@ -35,8 +35,8 @@ pub struct Transition {
 pub use batch::{Effect, Incoming, SettleError, Settled, settle_all};
 
 impl Transition {
-    fn from_row(row: &OrderRow, from: OrderStatus) -> Self {
-        let to = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
+    /// The change `from` → `to` of `row`'s order (`to` is what the caller just wrote).
+    fn from_row(row: &OrderRow, from: OrderStatus, to: OrderStatus) -> Self {
         let end_to_end = (from == OrderStatus::Pending)
             .then(|| (Utc::now() - row.created_at).as_seconds_f64().max(0.0));
         Self { to, end_to_end }
@@ -74,7 +74,7 @@ pub async fn apply_verdict(
 ) -> sqlx::Result<Option<Transition>> {
     let (to, reason) = target(verdict);
     if let Some(row) = db::orders::settle_pending(conn, order_id, to, reason).await? {
-        return Ok(Some(Transition::from_row(&row, OrderStatus::Pending)));
+        return Ok(Some(Transition::from_row(&row, OrderStatus::Pending, to)));
     }
     let current = db::orders::find(conn, order_id).await?;
     match current {
@@ -109,7 +109,10 @@ pub async fn cancel(
     let Some(row) = db::orders::find_for_update(conn, order_id).await? else {
         return Ok(Cancelled::NotFound);
     };
-    let from = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
+    // Strict: a status the CHECK constraint should never have admitted fails loudly.
+    let from = OrderStatus::parse(&row.status).ok_or_else(|| {
+        sqlx::Error::Decode(format!("unknown order status {:?}", row.status).into())
+    })?;
     if from == OrderStatus::Cancelled {
         return Ok(Cancelled::Already(row));
     }
@@ -118,7 +121,7 @@ pub async fn cancel(
     }
     let row = db::orders::set_status(conn, order_id, OrderStatus::Cancelled).await?;
     request_release(conn, order_id, trace).await?;
-    let transition = Transition::from_row(&row, from);
+    let transition = Transition::from_row(&row, from, OrderStatus::Cancelled);
     Ok(Cancelled::Now(row, transition))
 }
 
