@@ -79,7 +79,8 @@ pub struct MessagingConfig {
     /// `RETENTION_SECS` (604800 = 7 days): how long sent outbox rows and processed message
     /// ids are kept.
     pub retention: crate::outbox::Retention,
-    /// `CONSUMER_CONCURRENCY` (16): deliveries handled at once.
+    /// `CONSUMER_CONCURRENCY` (1): channels consuming the queue at once, each handling one
+    /// batch of up to `CONSUMER_PREFETCH` deliveries at a time.
     pub consumer_concurrency: usize,
     /// `CONSUMER_PREFETCH` (64): deliveries the broker sends ahead of acks.
     pub consumer_prefetch: u16,
@@ -102,7 +103,7 @@ impl MessagingConfig {
                 keep: positive_secs("RETENTION_SECS", 7 * 24 * 3600)?,
                 ..Default::default()
             },
-            consumer_concurrency: at_least("CONSUMER_CONCURRENCY", 16, 1)?,
+            consumer_concurrency: at_least("CONSUMER_CONCURRENCY", 1, 1)?,
             // 0 means "unlimited" to AMQP: the broker would push the whole queue at once.
             consumer_prefetch: at_least("CONSUMER_PREFETCH", 64, 1)?,
             vacuum_every: positive_secs("VACUUM_EVERY_SECS", 15)?,
@@ -115,7 +116,7 @@ impl Default for MessagingConfig {
         Self {
             relay: Default::default(),
             retention: Default::default(),
-            consumer_concurrency: 16,
+            consumer_concurrency: 1,
             consumer_prefetch: 64,
             vacuum_every: Duration::from_secs(15),
         }

@@ -6,6 +6,7 @@
 
 pub mod amqp;
 pub mod background;
+pub mod batch_writes;
 pub mod config;
 pub mod consumer;
 pub mod db;

@@ -3,7 +3,6 @@
 //! database); every SQL string is static.
 
 pub mod deductions;
-pub mod one_statement;
 pub mod products;
 pub mod reservations;
 pub mod restocks;

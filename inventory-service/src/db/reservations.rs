@@ -30,13 +30,15 @@ impl ReservationState {
         }
     }
 
-    fn parse(raw: &str) -> Self {
+    /// Strict: a value the CHECK constraint should never have admitted fails loudly instead
+    /// of becoming some state by default.
+    fn parse(raw: &str) -> Result<Self, sqlx::Error> {
         match raw {
-            "APPLIED" => Self::Applied,
-            "REJECTED" => Self::Rejected,
-            "RELEASED" => Self::Released,
-            // The CHECK constraint admits nothing else.
-            _ => Self::Cancelled,
+            "APPLIED" => Ok(Self::Applied),
+            "REJECTED" => Ok(Self::Rejected),
+            "RELEASED" => Ok(Self::Released),
+            "CANCELLED" => Ok(Self::Cancelled),
+            other => Err(decode_error("reservation state", other)),
         }
     }
 }
@@ -59,30 +61,109 @@ struct Row {
     updated_at: DateTime<Utc>,
 }
 
-impl From<Row> for Reservation {
-    fn from(row: Row) -> Self {
-        Self {
+fn decode_error(what: &str, raw: &str) -> sqlx::Error {
+    sqlx::Error::Decode(format!("unknown {what} {raw:?}").into())
+}
+
+impl TryFrom<Row> for Reservation {
+    type Error = sqlx::Error;
+
+    fn try_from(row: Row) -> Result<Self, sqlx::Error> {
+        Ok(Self {
             order_id: OrderId(row.order_id),
-            state: ReservationState::parse(&row.state),
+            state: ReservationState::parse(&row.state)?,
             items: row.items.0,
             rejection_reason: match row.rejection_reason.as_deref() {
+                None => None,
                 Some("insufficient_stock") => Some(RejectionReason::InsufficientStock),
                 Some("unknown_product") => Some(RejectionReason::UnknownProduct),
-                _ => None,
+                Some(other) => return Err(decode_error("rejection reason", other)),
             },
             updated_at: row.updated_at,
-        }
+        })
     }
 }
 
 /// The primary key on the order id: one reservation (or tombstone) per order.
 pub const KEY: &str = "reservations_pkey";
 
-/// Serialises every handler of one order for the rest of the transaction, so a creation and a
-/// cancellation of the same order never interleave (whichever comes second sees the first).
-pub async fn lock_order(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
-        .bind(order_id.0)
+/// Serialises every handler of these orders for the rest of the transaction, so a creation
+/// and a cancellation of the same order never interleave (whichever comes second sees the
+/// first). Taken in one statement, in ascending key order, so two batches sharing orders
+/// never wait on each other in a cycle.
+pub async fn lock_orders(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<()> {
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(k) FROM ( \
+             SELECT DISTINCT hashtextextended(id::text, 0) AS k FROM unnest($1::uuid[]) AS id \
+             ORDER BY k) AS keys",
+    )
+    .bind(order_ids)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// The reservations (or tombstones) of `order_ids` that exist.
+pub async fn find_all(
+    conn: &mut PgConnection,
+    order_ids: &[Uuid],
+) -> sqlx::Result<Vec<Reservation>> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT order_id, state, items, rejection_reason, updated_at FROM reservations \
+         WHERE order_id = ANY($1)",
+    )
+    .bind(order_ids)
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(Reservation::try_from).collect()
+}
+
+/// A reservation about to be written.
+#[derive(Debug, Clone)]
+pub struct NewReservation {
+    pub order_id: OrderId,
+    pub state: ReservationState,
+    pub items: Vec<LineItem>,
+    pub rejection_reason: Option<RejectionReason>,
+}
+
+/// Writes every reservation in one statement.
+pub async fn insert_all(conn: &mut PgConnection, rows: &[NewReservation]) -> sqlx::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.order_id.0).collect();
+    let states: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
+    let items: Vec<Json<&[LineItem]>> = rows.iter().map(|r| Json(r.items.as_slice())).collect();
+    let reasons: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| r.rejection_reason.map(RejectionReason::as_str))
+        .collect();
+    sqlx::query(
+        "INSERT INTO reservations (order_id, state, items, rejection_reason) \
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[])",
+    )
+    .bind(ids)
+    .bind(states)
+    .bind(items)
+    .bind(reasons)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// Moves every order of `order_ids` to `state` in one statement.
+pub async fn set_state_all(
+    conn: &mut PgConnection,
+    order_ids: &[Uuid],
+    state: ReservationState,
+) -> sqlx::Result<()> {
+    if order_ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("UPDATE reservations SET state = $2, updated_at = now() WHERE order_id = ANY($1)")
+        .bind(order_ids)
+        .bind(state.as_str())
         .execute(conn)
         .await
         .map(drop)
@@ -95,37 +176,5 @@ pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Op
     .bind(order_id.0)
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(Reservation::from))
-}
-
-pub async fn insert(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    state: ReservationState,
-    items: &[LineItem],
-    rejection_reason: Option<RejectionReason>,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO reservations (order_id, state, items, rejection_reason) VALUES ($1, $2, $3, $4)",
-    )
-    .bind(order_id.0)
-    .bind(state.as_str())
-    .bind(Json(items))
-    .bind(rejection_reason.map(RejectionReason::as_str))
-    .execute(conn)
-    .await
-    .map(drop)
-}
-
-pub async fn set_state(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    state: ReservationState,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE reservations SET state = $2, updated_at = now() WHERE order_id = $1")
-        .bind(order_id.0)
-        .bind(state.as_str())
-        .execute(conn)
-        .await
-        .map(drop)
+    row.map(Reservation::try_from).transpose()
 }

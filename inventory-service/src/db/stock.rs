@@ -113,46 +113,61 @@ pub async fn deduct_all(
     Ok(Outcome::Applied)
 }
 
-/// Gives `items` back (a cancelled order's compensation). An increment cannot oversell, so
-/// it takes no lock; the version bump makes a concurrent deduction re-read and retry.
-pub async fn give_back(conn: &mut PgConnection, items: &[LineItem]) -> sqlx::Result<()> {
-    // Ascending product id, like every deduction, so two writers never deadlock on rows.
-    let mut sorted = items.to_vec();
-    sorted.sort_by_key(|item| item.product_id);
-    for item in &sorted {
-        sqlx::query(
-            "UPDATE products SET stock = stock + $2, version = version + 1, updated_at = now() \
-             WHERE product_id = $1",
-        )
-        .bind(item.product_id.0)
-        .bind(item.quantity)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+/// The stock and version of every product of `products` that exists.
+pub async fn read_all(
+    conn: &mut PgConnection,
+    products: &[ProductId],
+) -> sqlx::Result<Vec<(ProductId, StockRow)>> {
+    let ids: Vec<i64> = products.iter().map(|p| p.0).collect();
+    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
+        "SELECT product_id, stock, version FROM products WHERE product_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, stock, version)| (ProductId(id), StockRow { stock, version }))
+        .collect())
 }
 
-/// The first item (in ascending product id) the current stock cannot cover, read without any
-/// lock. A rejection needs no lock: it deducts nothing, and it is true of the stock as read.
-pub async fn first_shortfall(
-    conn: &mut PgConnection,
-    items: &[LineItem],
-) -> sqlx::Result<Option<(RejectionReason, ProductId)>> {
-    let ids: Vec<i64> = items.iter().map(|i| i.product_id.0).collect();
-    let rows: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT product_id, stock FROM products WHERE product_id = ANY($1)")
-            .bind(&ids)
-            .fetch_all(conn)
-            .await?;
-    let mut sorted = items.to_vec();
-    sorted.sort_by_key(|item| item.product_id);
-    Ok(sorted.into_iter().find_map(|item| {
-        match rows.iter().find(|(id, _)| *id == item.product_id.0) {
-            None => Some((RejectionReason::UnknownProduct, item.product_id)),
-            Some((_, stock)) if *stock < item.quantity => {
-                Some((RejectionReason::InsufficientStock, item.product_id))
-            }
-            Some(_) => None,
-        }
-    }))
+/// A change of one product's stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    pub product_id: ProductId,
+    /// Added to the stock (negative for a deduction).
+    pub delta: i64,
+    /// The version the decision was based on; `None` for a give-back decided without reading
+    /// the row (an increment cannot oversell, so it needs no lock and checks no version; the
+    /// version bump makes a concurrent deduction re-read and retry).
+    pub version: Option<i64>,
+}
+
+/// Every change in one statement: each row changes only if it still has the version it was
+/// read at (when one is given) and its stock stays non-negative. One statement for all the
+/// rows (two statements could take two rows' locks in opposite orders to another writer's),
+/// fed in ascending product id like every deduction. `false` when any row did not match: the caller rolls back, since a decision it made was
+/// based on a row that moved.
+pub async fn apply_changes(conn: &mut PgConnection, changes: &[Change]) -> sqlx::Result<bool> {
+    if changes.is_empty() {
+        return Ok(true);
+    }
+    let mut sorted = changes.to_vec();
+    sorted.sort_by_key(|c| c.product_id);
+    let ids: Vec<i64> = sorted.iter().map(|c| c.product_id.0).collect();
+    let deltas: Vec<i64> = sorted.iter().map(|c| c.delta).collect();
+    let versions: Vec<Option<i64>> = sorted.iter().map(|c| c.version).collect();
+    let done = sqlx::query(
+        "UPDATE products p SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now() \
+         FROM (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) \
+               AS c(product_id, delta, version) ORDER BY product_id) AS c \
+         WHERE p.product_id = c.product_id \
+           AND (c.version IS NULL OR p.version = c.version) AND p.stock + c.delta >= 0",
+    )
+    .bind(ids)
+    .bind(deltas)
+    .bind(versions)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == changes.len() as u64)
 }

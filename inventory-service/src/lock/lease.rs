@@ -7,13 +7,56 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 
-/// Deletes `KEYS[1]` only while it still holds our token `ARGV[1]`.
+/// Gives up `KEYS[1]` only while it still holds our token `ARGV[1]`: to the waiter another
+/// process registered in `KEYS[2]` (for `ARGV[2]` ms, until it confirms), or else deletes it.
+/// Handing it over directly is what stops the releasing process from taking it straight back
+/// with its next `SET` before the waiter's next try.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
         if redis.call('GET', KEYS[1]) == ARGV[1] then
+            local waiter = redis.call('GET', KEYS[2])
+            if waiter then
+                redis.call('SET', KEYS[1], waiter, 'PX', ARGV[2])
+                redis.call('DEL', KEYS[2])
+                return 2
+            end
             return redis.call('DEL', KEYS[1])
         end
+        return 0
+        ",
+    )
+});
+
+/// Takes `KEYS[1]` for token `ARGV[1]` for `ARGV[2]` ms: free, or handed to us by the last
+/// holder. Busy: registers us in `KEYS[2]` as the next owner (for `ARGV[3]` ms, renewed at
+/// every try) unless another waiter is registered there already. 1 when taken.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+        if not taken and redis.call('GET', KEYS[1]) == ARGV[1] then
+            taken = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        end
+        local waiter = redis.call('GET', KEYS[2])
+        if taken then
+            if waiter == ARGV[1] then redis.call('DEL', KEYS[2]) end
+            return 1
+        end
+        if not waiter or waiter == ARGV[1] then
+            redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+        end
+        return 0
+        ",
+    )
+});
+
+/// A waiter that gives up: unregisters, and frees the key if it was handed to it meanwhile.
+static GIVE_UP: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+        if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
         return 0
         ",
     )
@@ -70,21 +113,38 @@ impl Lease {
         &self.token
     }
 
-    /// `SET key token NX PX ttl`: `true` when this lease now holds the key.
+    /// The key where a waiter of another process registers (see [`ACQUIRE`]).
+    fn waiter_key(&self) -> String {
+        waiter_key(&self.key)
+    }
+
+    /// One try at the key (`SET NX PX ttl`, or find it handed to us); when it is busy, this
+    /// lease is registered as the next owner unless another waiter is. `true` when held.
     pub async fn try_acquire(
         &self,
         conn: &mut ConnectionManager,
         ttl: Duration,
     ) -> RedisResult<bool> {
-        let reply: Option<String> = redis::cmd("SET")
-            .arg(&self.key)
+        let taken: i64 = ACQUIRE
+            .key(&self.key)
+            .key(self.waiter_key())
             .arg(&self.token)
-            .arg("NX")
-            .arg("PX")
             .arg(millis(ttl))
-            .query_async(conn)
+            .arg(millis(WAITER_TTL))
+            .invoke_async(conn)
             .await?;
-        Ok(reply.is_some())
+        Ok(taken == 1)
+    }
+
+    /// Stops waiting: unregisters, and frees the key if it was handed over meanwhile.
+    pub async fn give_up(&self, conn: &mut ConnectionManager) -> RedisResult<()> {
+        let _: i64 = GIVE_UP
+            .key(&self.key)
+            .key(self.waiter_key())
+            .arg(&self.token)
+            .invoke_async(conn)
+            .await?;
+        Ok(())
     }
 
     /// Extends the key's expiry to `ttl` from now; `false` when the key is gone or not ours.
@@ -98,15 +158,28 @@ impl Lease {
         Ok(renewed == 1)
     }
 
-    /// Deletes the key; `false` when it was gone or not ours (then nothing is deleted).
+    /// Deletes the key, or hands it to a waiter of another process; `false` when it was gone
+    /// or not ours (then nothing changes).
     pub async fn release(&self, conn: &mut ConnectionManager) -> RedisResult<bool> {
-        let deleted: i64 = RELEASE
+        let released: i64 = RELEASE
             .key(&self.key)
+            .key(self.waiter_key())
             .arg(&self.token)
+            .arg(millis(WAITER_TTL))
             .invoke_async(conn)
             .await?;
-        Ok(deleted == 1)
+        Ok(released >= 1)
     }
+}
+
+/// How long a waiter's registration, and a key handed to it, last without the waiter's next
+/// try: several of its tries apart (they are at most `BACKOFF_CAP` apart), and short, so a
+/// waiter that went away blocks nobody for long.
+pub const WAITER_TTL: Duration = Duration::from_millis(250);
+
+/// Where a waiter of another process registers for `key`.
+pub fn waiter_key(key: &str) -> String {
+    format!("{key}:next")
 }
 
 fn millis(duration: Duration) -> u64 {

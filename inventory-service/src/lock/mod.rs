@@ -16,8 +16,16 @@
 //!   each key taken from Redis, retried with jittered exponential backoff until a deadline
 //!   ([`LockError::Timeout`]). Several products are locked in ascending product id, each id
 //!   once, so two deductions never wait on each other in a cycle.
-//! - **Release**: a Lua compare-and-delete, so a holder whose lock expired never deletes the
-//!   lock someone else took since.
+//! - **Fair between processes**: a try that finds the key busy registers its token as the
+//!   key's next owner (`<key>:next`, one waiter at a time, kept for [`lease::WAITER_TTL`] and
+//!   renewed by every try). A release that finds a waiter registered hands the key straight
+//!   to it instead of deleting it, so the releasing process cannot take it back with its next
+//!   `SET`. With [`local::MAX_HAND_OVERS`] (N = 32) local hand-overs in a row at most, a
+//!   waiter in another process gets a contended lock after at most N + 1 turns of this one.
+//! - **Release**: a Lua compare-and-delete (or hand-over to the registered waiter), so a
+//!   holder whose lock expired never deletes the lock someone else took since.
+//! - **Batches** ([`Locker::try_acquire_many`]): the message consumer takes the free locks
+//!   of a whole batch's products in one round trip and leaves the busy ones for later.
 //! - **Renewal**: while held, a watchdog task renews every key every `ttl / 3` with a Lua
 //!   compare-and-`PEXPIRE`. When a renewal finds the key gone or owned by another token, the
 //!   lock is *lost*: [`Locks::lost`] is cancelled and [`Locks::ensure_held`] fails, which the
@@ -36,6 +44,7 @@
 //! A check right before commit cannot close the window between that check and the commit;
 //! that window is exactly what the conditional update covers.
 
+mod batch;
 mod held;
 mod lease;
 mod local;
@@ -49,8 +58,10 @@ use redis::aio::ConnectionManager;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 
+pub use batch::Partial;
 pub use held::Locks;
-pub use lease::Lease;
+pub use lease::{Lease, WAITER_TTL, waiter_key};
+pub use local::MAX_HAND_OVERS;
 
 use crate::metrics;
 use lease::{release_all, release_in_background};
@@ -198,20 +209,6 @@ impl Locker {
         self.take_keys(ids, turns, started, deadline).await
     }
 
-    /// [`Locker::acquire_all`], but only if no other task of this process holds or awaits
-    /// any of the products; `None` (nothing taken) otherwise. For callers that would rather
-    /// do something cheaper than queue, such as checking the stock is worth queueing for.
-    pub async fn acquire_all_if_idle(
-        &self,
-        products: &[ProductId],
-    ) -> Option<Result<Locks, LockError>> {
-        let ids = sorted_unique(products);
-        let turns = self.inner.local.try_enter(&ids)?;
-        let started = Instant::now();
-        let deadline = started + self.inner.options.wait;
-        Some(self.take_keys(ids, turns, started, deadline).await)
-    }
-
     /// With this process's turns on `ids`, takes their Redis keys (or the ones the previous
     /// local holders left).
     async fn take_keys(
@@ -256,6 +253,9 @@ impl Locker {
                     leases.push(lease);
                 }
                 Ok(None) => {
+                    if let Err(error) = lease.give_up(&mut conn).await {
+                        tracing::debug!(%error, "could not unregister a lock waiter; it expires");
+                    }
                     release_all(&mut conn, &leases).await;
                     return Err(self.timed_out(started));
                 }

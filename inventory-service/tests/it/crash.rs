@@ -13,6 +13,8 @@ use uuid::Uuid;
 
 const STOCK: i64 = 150;
 const ORDERS: i64 = 600;
+/// Enough for many pauses: one-message batches move slower than a backlog in batches.
+const ORDERS_FOR_PAUSES: i64 = 2000;
 
 fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)]) -> KilledOnDrop {
     let child = testing::service_command(
@@ -39,9 +41,9 @@ async fn processed(db: &TestDatabase) -> i64 {
     count(db, "SELECT count(*) FROM processed_messages").await
 }
 
-/// A product with [`STOCK`] units and [`ORDERS`] one-unit orders for it already queued, as
+/// A product with [`STOCK`] units and `orders` one-unit orders for it already queued, as
 /// order-service would have published them.
-async fn stream_of_orders(name: &str) -> (TestDatabase, TestVhost, AmqpProbe) {
+async fn stream_of_orders(name: &str, orders: i64) -> (TestDatabase, TestVhost, AmqpProbe) {
     testing::init_logs();
     let db = TestDatabase::create(name, &inventory_service::MIGRATOR).await;
     let vhost = TestVhost::create();
@@ -51,7 +53,7 @@ async fn stream_of_orders(name: &str) -> (TestDatabase, TestVhost, AmqpProbe) {
         .await
         .expect("product");
     let probe = AmqpProbe::connect(&vhost.url).await;
-    for _ in 0..ORDERS {
+    for _ in 0..orders {
         let event_id = Uuid::now_v7().to_string();
         let body = json!({"event_id": event_id, "version": 1, "occurred_at": chrono::Utc::now(),
             "event_type": "order.created", "payload": {"order_id": Uuid::now_v7(), "user_id": 1,
@@ -69,7 +71,7 @@ async fn stream_of_orders(name: &str) -> (TestDatabase, TestVhost, AmqpProbe) {
 }
 
 /// One verdict per order, stock consumed exactly by the applied ones, nothing dead-lettered.
-async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe) {
+async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe, orders: i64) {
     let applied = count(
         db,
         "SELECT count(*) FROM reservations WHERE state = 'APPLIED'",
@@ -83,7 +85,7 @@ async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe) {
     let remaining = count(db, "SELECT stock FROM products WHERE product_id = 1").await;
     assert_eq!(
         (applied, rejected),
-        (STOCK, ORDERS - STOCK),
+        (STOCK, orders - STOCK),
         "one verdict per order"
     );
     assert_eq!(remaining, 0, "initial stock − final stock = units applied");
@@ -93,7 +95,7 @@ async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe) {
     )
     .await;
     assert_eq!(
-        verdicts, ORDERS,
+        verdicts, orders,
         "one event per order, none lost, none doubled"
     );
     let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
@@ -102,7 +104,7 @@ async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe) {
 
 #[tokio::test]
 async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
-    let (db, vhost, probe) = stream_of_orders("inventory_crash").await;
+    let (db, vhost, probe) = stream_of_orders("inventory_crash", ORDERS).await;
     let prefix = testing::redis_prefix();
     let mut first = start(&db, &vhost, &prefix, &[]);
     eventually(Duration::from_secs(60), || async {
@@ -125,23 +127,40 @@ async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
         handled_before_restart < ORDERS,
         "the kill landed mid-stream"
     );
-    assert_every_order_handled_once(&db, &probe).await;
+    assert_every_order_handled_once(&db, &probe, ORDERS).await;
 }
 
 #[tokio::test]
 async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell_or_double_apply() {
-    let (db, vhost, probe) = stream_of_orders("inventory_pause").await;
+    let (db, vhost, probe) = stream_of_orders("inventory_pause", ORDERS_FOR_PAUSES).await;
     let prefix = testing::redis_prefix();
-    // Short locks, so the pause outlives them; both instances consume the same queue.
+    // Short locks, so the pause outlives them; both instances consume the same queue. Batches
+    // of one message: the instances then hold the product's lock most of the time, so a pause
+    // catches one holding it (larger batches hold it for a moment per batch, and finish the
+    // stream within a pause or two).
     let port = testing::free_port();
     let paused_addr = format!("127.0.0.1:{port}");
     let mut paused = start(
         &db,
         &vhost,
         &prefix,
-        &[("LOCK_TTL_MS", "300"), ("HTTP_ADDR", &paused_addr)],
+        &[
+            ("LOCK_TTL_MS", "300"),
+            ("HTTP_ADDR", &paused_addr),
+            ("CONSUMER_PREFETCH", "1"),
+            ("CONSUMER_CONCURRENCY", "1"),
+        ],
     );
-    let mut other = start(&db, &vhost, &prefix, &[("LOCK_TTL_MS", "300")]);
+    let mut other = start(
+        &db,
+        &vhost,
+        &prefix,
+        &[
+            ("LOCK_TTL_MS", "300"),
+            ("CONSUMER_PREFETCH", "1"),
+            ("CONSUMER_CONCURRENCY", "1"),
+        ],
+    );
     eventually(Duration::from_secs(60), || async {
         (processed(&db).await >= 50).then_some(())
     })
@@ -156,7 +175,7 @@ async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell
     let mut pauses = 0;
     while testing::scrape_metric(&paused_base, lost).await < 1.0 {
         assert!(
-            pauses < 8 && processed(&db).await < ORDERS,
+            pauses < 20 && processed(&db).await < ORDERS_FOR_PAUSES,
             "no pause caught the instance holding a lock"
         );
         signal(&paused, "STOP");
@@ -168,7 +187,7 @@ async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell
     }
 
     eventually(Duration::from_secs(120), || async {
-        (processed(&db).await == ORDERS).then_some(())
+        (processed(&db).await == ORDERS_FOR_PAUSES).then_some(())
     })
     .await;
     for child in [&mut paused, &mut other] {
@@ -176,5 +195,5 @@ async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell
         child.wait().expect("reaped");
     }
     // The holder that lost its lock rolled back: every order still has exactly one verdict.
-    assert_every_order_handled_once(&db, &probe).await;
+    assert_every_order_handled_once(&db, &probe, ORDERS_FOR_PAUSES).await;
 }

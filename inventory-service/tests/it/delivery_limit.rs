@@ -1,5 +1,7 @@
-//! A message that keeps failing is dead-lettered after the queue's delivery limit, instead of
-//! being requeued forever (SPEC §4.2).
+//! Contention is not failure (SPEC §4.2, §4.3 invariant 5): a product lock held elsewhere
+//! for far longer than the delivery limit's worth of lock waits never dead-letters a valid
+//! order; a message that truly keeps failing is still dead-lettered after the delivery limit
+//! instead of being requeued forever.
 
 use std::time::Duration;
 
@@ -12,21 +14,7 @@ use uuid::Uuid;
 
 use crate::helpers::TestApp;
 
-#[tokio::test]
-async fn a_message_that_keeps_failing_is_dead_lettered_after_the_delivery_limit() {
-    let app = TestApp::spawn_with(|c| c.lock_wait = Duration::from_millis(100)).await;
-    app.create_product(1, 10).await;
-    // Another process holds the product's lock (and keeps renewing it) for the whole test:
-    // every delivery of the order times out waiting for it.
-    let other_process = app.locker(LockOptions {
-        ttl: Duration::from_secs(5),
-        wait: Duration::from_secs(5),
-        renew: true,
-    });
-    let held = other_process.acquire(ProductId(1)).await.expect("the lock");
-
-    let probe = AmqpProbe::connect(&app.config.amqp_url).await;
-    let order_id = Uuid::now_v7();
+async fn publish_order(probe: &AmqpProbe, order_id: Uuid) {
     let body = json!({"event_id": Uuid::now_v7(), "version": 1, "occurred_at": chrono::Utc::now(),
         "event_type": "order.created", "payload": {"order_id": order_id, "user_id": 1,
         "items": [{"product_id": 1, "quantity": 1}], "amount": "1.00"}});
@@ -38,22 +26,107 @@ async fn a_message_that_keeps_failing_is_dead_lettered_after_the_delivery_limit(
             None,
         )
         .await;
+}
 
+async fn reservation_state(app: &TestApp, order_id: Uuid) -> Option<String> {
+    sqlx::query_scalar("SELECT state FROM reservations WHERE order_id = $1")
+        .bind(order_id)
+        .fetch_optional(&app.db)
+        .await
+        .expect("a lookup")
+}
+
+fn contended(app_metrics: &str) -> f64 {
+    app_metrics
+        .lines()
+        .find(|l| l.starts_with(r#"messages_consumed_total{result="contended"}"#))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn metrics(app: &TestApp) -> String {
+    app.anonymous
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("a body")
+}
+
+#[tokio::test]
+async fn a_lock_held_elsewhere_for_long_delays_a_valid_order_but_never_dead_letters_it() {
+    let app = TestApp::spawn_with(|c| c.lock_wait = Duration::from_millis(100)).await;
+    app.create_product(1, 10).await;
+    // Another process holds the product's lock (and keeps renewing it).
+    let other_process = app.locker(LockOptions {
+        ttl: Duration::from_secs(5),
+        wait: Duration::from_secs(5),
+        renew: true,
+    });
+    let held = other_process.acquire(ProductId(1)).await.expect("the lock");
+    let before = contended(&metrics(&app).await);
+
+    let probe = AmqpProbe::connect(&app.config.amqp_url).await;
+    let order_id = Uuid::now_v7();
+    publish_order(&probe, order_id).await;
+
+    // Held through many more tries than the delivery limit (each try would have been a lock
+    // wait and a requeue before): counted, not timed.
+    let tries = 4.0 * keys::DELIVERY_LIMIT as f64;
+    eventually(Duration::from_secs(60), || async {
+        (contended(&metrics(&app).await) - before >= tries).then_some(())
+    })
+    .await;
+    assert_eq!(
+        reservation_state(&app, order_id).await,
+        None,
+        "still waiting"
+    );
+    held.release().await;
+
+    eventually(Duration::from_secs(30), || async {
+        reservation_state(&app, order_id)
+            .await
+            .filter(|s| s == "APPLIED")
+    })
+    .await;
+    assert_eq!(app.stock(1).await, 9);
+    let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
+    assert_eq!(probe.ready(&dlq).await, 0, "nothing dead-lettered");
+}
+
+#[tokio::test]
+async fn a_message_that_keeps_failing_is_dead_lettered_after_the_delivery_limit() {
+    let app = TestApp::spawn().await;
+    app.create_product(1, 10).await;
+    let order_id = Uuid::now_v7();
+    // A database that refuses this one order's reservation every time: a real failure.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.order_id = '{order_id}' THEN RAISE EXCEPTION 'refused'; END IF; \
+         RETURN NEW; END $$; \
+         CREATE TRIGGER refuse_order BEFORE INSERT ON reservations \
+         FOR EACH ROW EXECUTE FUNCTION refuse_order();"
+    )))
+    .execute(&app.db)
+    .await
+    .expect("a trigger");
+
+    let probe = AmqpProbe::connect(&app.config.amqp_url).await;
+    publish_order(&probe, order_id).await;
     let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
     eventually(Duration::from_secs(60), || async {
         (probe.ready(&dlq).await == 1).then_some(())
     })
     .await;
-    held.release().await;
     assert_eq!(
         probe.ready(keys::INVENTORY_ORDER_EVENTS_QUEUE).await,
         0,
         "not requeued any more"
     );
     assert_eq!(app.stock(1).await, 10, "nothing deducted");
-    let reservations: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
-        .fetch_one(&app.db)
-        .await
-        .expect("count");
-    assert_eq!(reservations, 0);
+    assert_eq!(reservation_state(&app, order_id).await, None);
 }

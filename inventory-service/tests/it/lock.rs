@@ -331,3 +331,68 @@ async fn a_key_is_set_afresh_after_a_run_of_hand_overs() {
         "a waiting holder reuses the key it was left"
     );
 }
+
+#[tokio::test]
+async fn a_waiter_in_another_process_gets_the_lock_within_the_hand_over_limit() {
+    // Two lockers on one prefix: two processes with their own local queues.
+    let prefix = redis_prefix();
+    let here = locker_with_prefix(&prefix, options(10_000, 30_000, true));
+    let there = locker_with_prefix(&prefix, options(10_000, 30_000, true));
+    let product = ProductId(21);
+    let conn = redis();
+    let turns = Arc::new(std::sync::Mutex::new(Vec::<char>::new()));
+    let take_turn = |turns: &Arc<std::sync::Mutex<Vec<char>>>, who: char| {
+        turns.lock().expect("the turns").push(who);
+    };
+
+    let first = here.acquire(product).await.expect("the lock");
+    take_turn(&turns, 'A');
+    let remote = tokio::spawn({
+        let (there, turns) = (there.clone(), turns.clone());
+        async move {
+            let locks = there.acquire(product).await.expect("the remote turn");
+            turns.lock().expect("the turns").push('B');
+            locks.release().await;
+        }
+    });
+    // The other process is waiting (registered as the next owner) before this one starts
+    // taking turn after turn.
+    let waiting = inventory_service::lock::waiter_key(&here.key(product));
+    eventually(Duration::from_secs(10), || {
+        let (mut conn, key) = (conn.clone(), waiting.clone());
+        async move { holder_of(&mut conn, &key).await.map(drop) }
+    })
+    .await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let local: Vec<_> = (0..3)
+        .map(|_| {
+            let (here, turns, stop) = (here.clone(), turns.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let locks = here.acquire(product).await.expect("a local turn");
+                    turns.lock().expect("the turns").push('A');
+                    tokio::task::yield_now().await;
+                    locks.release().await;
+                }
+            })
+        })
+        .collect();
+    // Let the local tasks queue behind the first holder.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    first.release().await;
+    remote.await.expect("the remote waiter gets its turn");
+    stop.store(true, Ordering::SeqCst);
+    for task in local {
+        task.await.expect("a local task ends");
+    }
+
+    let turns = turns.lock().expect("the turns").clone();
+    let before_remote = turns.iter().take_while(|who| **who == 'A').count();
+    let limit = inventory_service::lock::MAX_HAND_OVERS as usize + 1;
+    assert!(
+        before_remote <= limit,
+        "{before_remote} local turns before the remote waiter's, at most {limit}"
+    );
+}

@@ -2,6 +2,7 @@
 //! by its own database, Redis key prefix and AMQP vhost.
 
 mod auth;
+mod batch;
 mod batching;
 mod concurrency;
 mod crash;
@@ -11,7 +12,6 @@ mod delivery_limit;
 mod edge;
 mod helpers;
 mod lock;
-mod one_statement;
 mod openapi;
 mod operations;
 mod products;

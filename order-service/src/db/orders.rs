@@ -115,36 +115,70 @@ pub async fn settle_pending(
     .await
 }
 
-/// The common case of an inventory verdict in one statement (one round trip, one implicit
-/// transaction): moves a `PENDING` order to `to` and records `message_id` together. `None`
-/// when the order was not `PENDING` — nothing was written, and the caller takes the general
-/// path. A message id already recorded fails the whole statement on the primary key of
-/// `processed_messages` ([`platform::inbox::MESSAGE_ID_KEY`]), so a duplicate can never settle an order.
-pub async fn settle_pending_recording(
+/// What settling a batch needs to know of an order.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SettlementRow {
+    pub order_id: Uuid,
+    pub status: String,
+    pub released: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The orders of `order_ids`, locked until the transaction ends, in ascending id (two
+/// batches lock their common orders in the same order, so they never deadlock).
+pub async fn lock_for_settlement(
     conn: &mut PgConnection,
-    order_id: OrderId,
-    to: OrderStatus,
-    reason: Option<RejectionReason>,
-    message_id: Uuid,
-    kind: &str,
-) -> sqlx::Result<Option<OrderRow>> {
+    order_ids: &[Uuid],
+) -> sqlx::Result<Vec<SettlementRow>> {
     sqlx::query_as(
-        "WITH settled AS ( \
-             UPDATE orders SET status = $2, rejection_reason = $3, updated_at = now() \
-             WHERE order_id = $1 AND status = 'PENDING' \
-             RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at \
-         ), recorded AS ( \
-             INSERT INTO processed_messages (message_id, kind) SELECT $4, $5 FROM settled \
-         ) \
-         SELECT * FROM settled",
+        "SELECT order_id, status, released_at IS NOT NULL AS released, created_at \
+         FROM orders WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE",
     )
-    .bind(order_id.0)
-    .bind(to.as_str())
-    .bind(reason.map(RejectionReason::as_str))
-    .bind(message_id)
-    .bind(kind)
-    .fetch_optional(conn)
+    .bind(order_ids)
+    .fetch_all(conn)
     .await
+}
+
+/// Moves every `(order, status, reason)` from `PENDING` in one statement; how many moved.
+pub async fn settle_pending_all(
+    conn: &mut PgConnection,
+    settled: &[(Uuid, OrderStatus, Option<RejectionReason>)],
+) -> sqlx::Result<u64> {
+    if settled.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = settled.iter().map(|s| s.0).collect();
+    let statuses: Vec<&str> = settled.iter().map(|s| s.1.as_str()).collect();
+    let reasons: Vec<Option<&str>> = settled
+        .iter()
+        .map(|s| s.2.map(RejectionReason::as_str))
+        .collect();
+    let done = sqlx::query(
+        "UPDATE orders o SET status = v.status, rejection_reason = v.reason, updated_at = now() \
+         FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v(order_id, status, reason) \
+         WHERE o.order_id = v.order_id AND o.status = 'PENDING'",
+    )
+    .bind(ids)
+    .bind(statuses)
+    .bind(reasons)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// [`record_released`] for many orders in one statement.
+pub async fn record_released_all(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<()> {
+    if order_ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE orders SET released_at = now() \
+         WHERE order_id = ANY($1) AND status = 'CANCELLED' AND released_at IS NULL",
+    )
+    .bind(order_ids)
+    .execute(conn)
+    .await
+    .map(drop)
 }
 
 /// The order, locked until the transaction ends (for a status change decided in code).

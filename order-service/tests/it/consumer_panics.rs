@@ -1,12 +1,13 @@
 //! A handler that panics fails its own delivery only: the message is retried, then
-//! dead-lettered at the delivery limit, and the deliveries around it are handled as usual.
+//! dead-lettered at the delivery limit, and the deliveries around it are handled as usual,
+//! even when they came in the same batch (the batch is handled again message by message).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use platform::amqp::Broker;
-use platform::consumer::{ConsumerSettings, HandleError, Handled, Handler, Message};
+use platform::consumer::{ConsumerSettings, Handled, Handler, Message, Outcome};
 use platform::testing::{AmqpProbe, TestDatabase, TestVhost, eventually};
 use shared::keys;
 use tokio_util::sync::CancellationToken;
@@ -18,13 +19,15 @@ struct PanicsOnBoom {
 }
 
 impl Handler for PanicsOnBoom {
-    async fn handle(&self, message: Message) -> Result<Handled, HandleError> {
-        if message.body == b"boom" {
+    async fn handle_batch(&self, messages: &[Message]) -> Vec<Outcome> {
+        // Like a real batch handler, a bug on one message takes the whole batch down.
+        if messages.iter().any(|m| m.body == b"boom") {
             self.panics.fetch_add(1, Ordering::SeqCst);
             panic!("a handler bug");
         }
-        self.handled.fetch_add(1, Ordering::SeqCst);
-        Ok(Handled::Applied)
+        self.handled
+            .fetch_add(messages.len() as u32, Ordering::SeqCst);
+        messages.iter().map(|_| Ok(Handled::Applied)).collect()
     }
 }
 
@@ -38,6 +41,13 @@ async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
     let broker = Broker::new(&vhost.url);
     tokio::spawn(broker.clone().supervise(stop.clone()));
     let handler = PanicsOnBoom::default();
+    // Queued before the consumer starts, so they can arrive together in one batch.
+    probe
+        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"boom", None)
+        .await;
+    probe
+        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"fine", None)
+        .await;
     let consumer = tokio::spawn(platform::consumer::run(
         broker,
         db.pool.clone(),
@@ -45,18 +55,11 @@ async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
             queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
             consumer_tag: "panics-test".into(),
             prefetch: 8,
-            concurrency: 4,
+            concurrency: 1,
         },
         handler.clone(),
         stop.clone(),
     ));
-
-    probe
-        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"boom", None)
-        .await;
-    probe
-        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"fine", None)
-        .await;
 
     let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
     eventually(Duration::from_secs(30), || async {

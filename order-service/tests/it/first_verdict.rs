@@ -1,7 +1,10 @@
-//! The one-statement settlement either settles the order and records the message together,
-//! or writes nothing.
+//! Settling a batch of verdicts: one transaction settles the orders and records the message
+//! ids together, each verdict judged as if alone and in arrival order; a batch of one takes
+//! the same path.
 
-use order_service::settle::{self, Verdict};
+use order_service::settle::{self, Effect, Incoming, Verdict};
+use platform::consumer::Handled;
+use platform::http::TraceContext;
 use platform::testing::TestDatabase;
 use shared::events::RejectionReason;
 use shared::ids::OrderId;
@@ -38,70 +41,102 @@ async fn recorded(pool: &PgPool, message_id: Uuid) -> bool {
         .expect("a lookup")
 }
 
+fn verdict(order_id: OrderId, verdict: Verdict) -> Incoming {
+    let kind = match verdict {
+        Verdict::Reserved => keys::INVENTORY_RESERVED,
+        Verdict::Rejected(_) => keys::INVENTORY_REJECTED,
+    };
+    Incoming {
+        message_id: Uuid::new_v4(),
+        kind: kind.to_owned(),
+        effect: Effect::Verdict(order_id, verdict),
+        trace: TraceContext::new_root(),
+    }
+}
+
+async fn settle_committed(pool: &PgPool, incoming: &[Incoming]) -> Vec<Handled> {
+    let mut tx = pool.begin().await.expect("a transaction");
+    let settled = settle::settle_all(&mut tx, incoming)
+        .await
+        .expect("settles");
+    tx.commit().await.expect("commits");
+    settled.handled
+}
+
 #[tokio::test]
 async fn a_first_verdict_settles_the_order_and_records_the_message_together() {
     let db = TestDatabase::create("first_verdict", &order_service::MIGRATOR).await;
-    let mut conn = db.pool.acquire().await.expect("a connection");
     let order_id = pending_order(&db.pool).await;
-    let message_id = Uuid::new_v4();
-    let verdict = Verdict::Rejected(RejectionReason::InsufficientStock);
-
-    let first = settle::apply_first_verdict(
-        &mut conn,
+    let first = verdict(
         order_id,
-        verdict,
-        message_id,
-        keys::INVENTORY_REJECTED,
-    )
-    .await
-    .expect("runs");
-    assert!(first.is_some());
+        Verdict::Rejected(RejectionReason::InsufficientStock),
+    );
+    assert_eq!(
+        settle_committed(&db.pool, std::slice::from_ref(&first)).await,
+        [Handled::Applied]
+    );
     assert_eq!(status(&db.pool, order_id).await, "REJECTED");
-    assert!(recorded(&db.pool, message_id).await);
+    assert!(recorded(&db.pool, first.message_id).await);
 
-    // The order left PENDING: a second verdict writes nothing, not even its message id.
-    let late = Uuid::new_v4();
-    let second = settle::apply_first_verdict(
-        &mut conn,
-        order_id,
-        Verdict::Reserved,
-        late,
-        keys::INVENTORY_RESERVED,
-    )
-    .await
-    .expect("runs");
-    assert!(second.is_none());
+    // The order left PENDING: a late verdict is recorded and changes nothing.
+    let late = verdict(order_id, Verdict::Reserved);
+    settle_committed(&db.pool, std::slice::from_ref(&late)).await;
     assert_eq!(status(&db.pool, order_id).await, "REJECTED");
-    assert!(!recorded(&db.pool, late).await);
 }
 
 #[tokio::test]
 async fn a_message_seen_before_never_settles_an_order() {
     let db = TestDatabase::create("first_verdict", &order_service::MIGRATOR).await;
-    let mut conn = db.pool.acquire().await.expect("a connection");
     let order_id = pending_order(&db.pool).await;
-    let seen = Uuid::new_v4();
+    let seen = verdict(order_id, Verdict::Reserved);
     sqlx::query(
         "INSERT INTO processed_messages (message_id, kind) VALUES ($1, 'inventory.reserved')",
     )
-    .bind(seen)
+    .bind(seen.message_id)
     .execute(&db.pool)
     .await
     .expect("a recorded message");
 
-    let outcome = settle::apply_first_verdict(
-        &mut conn,
-        order_id,
-        Verdict::Reserved,
-        seen,
-        keys::INVENTORY_RESERVED,
-    )
-    .await
-    .expect("runs");
-    assert!(outcome.is_none());
     assert_eq!(
-        status(&db.pool, order_id).await,
-        "PENDING",
-        "the update of the same statement was undone"
+        settle_committed(&db.pool, &[seen]).await,
+        [Handled::Duplicate]
     );
+    assert_eq!(status(&db.pool, order_id).await, "PENDING");
+}
+
+#[tokio::test]
+async fn a_batch_settles_each_order_by_its_first_verdict_in_arrival_order() {
+    let db = TestDatabase::create("first_verdict", &order_service::MIGRATOR).await;
+    let (a, b) = (pending_order(&db.pool).await, pending_order(&db.pool).await);
+    let a_reserved = verdict(a, Verdict::Reserved);
+    let batch = [
+        a_reserved.clone(),
+        verdict(b, Verdict::Rejected(RejectionReason::UnknownProduct)),
+        // A late, contradicting verdict for `a`, and a duplicate of its first one.
+        verdict(a, Verdict::Rejected(RejectionReason::InsufficientStock)),
+        a_reserved,
+    ];
+    assert_eq!(
+        settle_committed(&db.pool, &batch).await,
+        [
+            Handled::Applied,
+            Handled::Applied,
+            Handled::Applied,
+            Handled::Duplicate
+        ]
+    );
+    assert_eq!(status(&db.pool, a).await, "CONFIRMED");
+    assert_eq!(status(&db.pool, b).await, "REJECTED");
+    let reason: Option<String> =
+        sqlx::query_scalar("SELECT rejection_reason FROM orders WHERE order_id = $1")
+            .bind(b.0)
+            .fetch_one(&db.pool)
+            .await
+            .expect("the order");
+    assert_eq!(reason.as_deref(), Some("unknown_product"));
+    let ids: i64 = sqlx::query_scalar("SELECT count(*) FROM processed_messages")
+        .fetch_one(&db.pool)
+        .await
+        .expect("a count");
+    assert_eq!(ids, 3, "every distinct message id recorded once");
 }

@@ -2,6 +2,7 @@
 //! PostgreSQL and Redis, each test with its own database and Redis key prefix.
 
 mod api_edge;
+mod consumer_batches;
 mod consumer_panics;
 mod edge;
 mod first_verdict;

@@ -8,7 +8,8 @@ use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
 use shared::ids::OrderId;
 use shared::keys;
 use sqlx::PgConnection;
-use uuid::Uuid;
+
+mod batch;
 
 use crate::db;
 use crate::db::orders::OrderRow;
@@ -31,11 +32,19 @@ pub struct Transition {
     end_to_end: Option<f64>,
 }
 
+pub use batch::{Effect, Incoming, SettleError, Settled, settle_all};
+
 impl Transition {
-    fn from_row(row: &OrderRow, from: OrderStatus) -> Self {
-        let to = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
+    /// The change `from` → `to` of `row`'s order (`to` is what the caller just wrote).
+    fn from_row(row: &OrderRow, from: OrderStatus, to: OrderStatus) -> Self {
         let end_to_end = (from == OrderStatus::Pending)
             .then(|| (Utc::now() - row.created_at).as_seconds_f64().max(0.0));
+        Self { to, end_to_end }
+    }
+
+    /// An order that left `PENDING` for `to`, created at `created_at`.
+    fn left_pending(to: OrderStatus, created_at: chrono::DateTime<Utc>) -> Self {
+        let end_to_end = Some((Utc::now() - created_at).as_seconds_f64().max(0.0));
         Self { to, end_to_end }
     }
 
@@ -44,29 +53,6 @@ impl Transition {
         if let Some(seconds) = self.end_to_end {
             metrics::histogram!(ORDER_END_TO_END_SECONDS).record(seconds);
         }
-    }
-}
-
-/// The fast path for a first verdict on a `PENDING` order: settles it and records the
-/// message id in one statement. `None` when that did not apply (the order left `PENDING`, or
-/// the message was seen before); then nothing was written and the caller goes on with
-/// [`apply_verdict`] inside its own transaction.
-pub async fn apply_first_verdict(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    verdict: Verdict,
-    message_id: Uuid,
-    kind: &str,
-) -> sqlx::Result<Option<Transition>> {
-    let (to, reason) = target(verdict);
-    match db::orders::settle_pending_recording(conn, order_id, to, reason, message_id, kind).await {
-        Ok(row) => Ok(row.map(|row| Transition::from_row(&row, OrderStatus::Pending))),
-        Err(sqlx::Error::Database(e))
-            if e.constraint() == Some(platform::inbox::MESSAGE_ID_KEY) =>
-        {
-            Ok(None)
-        }
-        Err(error) => Err(error),
     }
 }
 
@@ -88,7 +74,7 @@ pub async fn apply_verdict(
 ) -> sqlx::Result<Option<Transition>> {
     let (to, reason) = target(verdict);
     if let Some(row) = db::orders::settle_pending(conn, order_id, to, reason).await? {
-        return Ok(Some(Transition::from_row(&row, OrderStatus::Pending)));
+        return Ok(Some(Transition::from_row(&row, OrderStatus::Pending, to)));
     }
     let current = db::orders::find(conn, order_id).await?;
     match current {
@@ -123,7 +109,10 @@ pub async fn cancel(
     let Some(row) = db::orders::find_for_update(conn, order_id).await? else {
         return Ok(Cancelled::NotFound);
     };
-    let from = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
+    // Strict: a status the CHECK constraint should never have admitted fails loudly.
+    let from = OrderStatus::parse(&row.status).ok_or_else(|| {
+        sqlx::Error::Decode(format!("unknown order status {:?}", row.status).into())
+    })?;
     if from == OrderStatus::Cancelled {
         return Ok(Cancelled::Already(row));
     }
@@ -132,7 +121,7 @@ pub async fn cancel(
     }
     let row = db::orders::set_status(conn, order_id, OrderStatus::Cancelled).await?;
     request_release(conn, order_id, trace).await?;
-    let transition = Transition::from_row(&row, from);
+    let transition = Transition::from_row(&row, from, OrderStatus::Cancelled);
     Ok(Cancelled::Now(row, transition))
 }
 

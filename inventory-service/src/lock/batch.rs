@@ -1,0 +1,169 @@
+//! [`Locker::try_acquire_many`]: the locks of a batch's products in one Redis round trip,
+//! without waiting for the busy ones.
+
+use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use platform::redis_health::RedisCallError;
+use redis::Script;
+use shared::ids::ProductId;
+
+use super::lease::{Lease, release_all, release_in_background};
+use super::{Locker, Locks, sorted_unique};
+use crate::metrics;
+
+/// `SET KEYS[i] ARGV[i + 1] NX PX ARGV[1]` for every key, in the order given (ascending
+/// product id); one 1 or 0 per key.
+static TRY_MANY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        local taken = {}
+        for i, key in ipairs(KEYS) do
+            if redis.call('SET', key, ARGV[i + 1], 'NX', 'PX', ARGV[1]) then
+                taken[i] = 1
+            else
+                taken[i] = 0
+            end
+        end
+        return taken
+        ",
+    )
+});
+
+/// The locks a batch could take, and the products it could not.
+#[derive(Debug)]
+pub struct Partial {
+    /// Held (or bypassed, when Redis is down): release them after commit.
+    pub locks: Locks,
+    /// Busy products, ascending: their work waits for a later batch.
+    pub busy: Vec<ProductId>,
+}
+
+impl Locker {
+    /// Takes every free lock among `products` (duplicates ignored) in one Redis round trip,
+    /// ascending ids, and reports the busy ones instead of waiting for them: a batch goes on
+    /// with what it could lock. A product another task of this process holds or queues for
+    /// is busy too (the batch does not jump the local queue). When Redis fails, the locks
+    /// are bypassed as in [`Locker::acquire_all`].
+    pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
+        let inner = &self.inner;
+        let started = Instant::now();
+        let ttl = inner.options.ttl;
+        let mut busy = Vec::new();
+        let mut ids = Vec::new();
+        let mut turns = Vec::new();
+        for id in sorted_unique(products) {
+            match inner.local.try_enter(&[id]) {
+                Some(mut turn) => {
+                    ids.push(id);
+                    turns.append(&mut turn);
+                }
+                None => busy.push(id),
+            }
+        }
+        let mut conn = inner.redis.clone();
+        if inner.health.is_down() {
+            for turn in &mut turns {
+                drop(turn.take_kept());
+            }
+            let locks = self.bypass(&RedisCallError::Down).with_turns(turns);
+            return Partial { locks, busy };
+        }
+        // A key the previous local holder left is used as it is, as in `acquire_all`.
+        let mut leases: Vec<Option<(Lease, Instant)>> = Vec::with_capacity(ids.len());
+        for turn in &mut turns {
+            let kept = turn.take_kept().and_then(|kept| {
+                let fit = kept.usable(ttl);
+                kept.take().map(|taken| (taken, fit))
+            });
+            leases.push(match kept {
+                Some((taken, true)) => Some(taken),
+                Some(((stale, _), false)) => {
+                    release_all(&mut conn, &[stale]).await;
+                    None
+                }
+                None => None,
+            });
+        }
+        let wanted: Vec<Lease> = ids
+            .iter()
+            .zip(&leases)
+            .filter(|(_, kept)| kept.is_none())
+            .map(|(id, _)| Lease::new(inner.keys.product_lock(*id)))
+            .collect();
+        let sent_at = Instant::now();
+        let taken = match inner.health.call(try_many(&mut conn, &wanted, ttl)).await {
+            Ok(taken) => taken,
+            Err(error) => {
+                if matches!(error, RedisCallError::Failed(_)) {
+                    inner
+                        .counters
+                        .redis_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                // Some SETs may have landed; free every key this try could have set.
+                let mut all = wanted;
+                all.extend(leases.into_iter().flatten().map(|(lease, _)| lease));
+                release_in_background(&conn, all);
+                return Partial {
+                    locks: self.bypass(&error).with_turns(turns),
+                    busy,
+                };
+            }
+        };
+        let mut fresh = wanted.into_iter().zip(taken);
+        let mut held = Vec::new();
+        let mut held_turns = Vec::new();
+        let mut valid_until = started + ttl;
+        for ((id, kept), turn) in ids.into_iter().zip(leases).zip(turns) {
+            let lease = match kept {
+                Some((lease, until)) => {
+                    valid_until = valid_until.min(until);
+                    lease
+                }
+                None => match fresh.next() {
+                    Some((lease, true)) => {
+                        valid_until = valid_until.min(sent_at + ttl);
+                        lease
+                    }
+                    _ => {
+                        // Its turn passes on as it drops.
+                        busy.push(id);
+                        continue;
+                    }
+                },
+            };
+            held.push(lease);
+            held_turns.push(turn);
+        }
+        busy.sort_unstable();
+        if inner.redis_down.swap(false, Ordering::Relaxed) {
+            tracing::info!("Redis is reachable again: stock deductions take their locks again");
+        }
+        if !held.is_empty() {
+            inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
+            metrics::lock_acquired(metrics::LockResult::Acquired, started.elapsed());
+        }
+        let locks = Locks::held(conn, held, valid_until, inner.options, inner.health.clone())
+            .with_turns(held_turns);
+        Partial { locks, busy }
+    }
+}
+
+async fn try_many(
+    conn: &mut redis::aio::ConnectionManager,
+    leases: &[Lease],
+    ttl: Duration,
+) -> redis::RedisResult<Vec<bool>> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut invocation = TRY_MANY.prepare_invoke();
+    invocation.arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+    for lease in leases {
+        invocation.key(lease.key()).arg(lease.token());
+    }
+    let taken: Vec<i64> = invocation.invoke_async(conn).await?;
+    Ok(taken.into_iter().map(|t| t == 1).collect())
+}

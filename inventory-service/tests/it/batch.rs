@@ -1,0 +1,301 @@
+//! The order-events consumer's batch path, called with batches as the consumer loop hands
+//! them over: every message gets the outcome it would have had alone, in arrival order.
+//! (This path replaced the one-statement reservation: its tests live on here.)
+
+use std::time::Duration;
+
+use inventory_service::lock::{LockOptions, Locker};
+use inventory_service::messaging::order_events::OrderEvents;
+use platform::consumer::{ConsumeError, Handled, Handler, Message, Outcome};
+use platform::http::TraceContext;
+use platform::outbox::OutboxSignal;
+use platform::redis_health::RedisHealth;
+use platform::testing::{TestDatabase, redis_prefix, redis_url};
+use serde_json::{Value, json};
+use shared::ids::ProductId;
+use shared::keys::{self, RedisKeys};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+struct Setup {
+    db: TestDatabase,
+    handler: OrderEvents,
+    /// Another process on the same Redis keys.
+    other_process: Locker,
+}
+
+fn locker(prefix: &str) -> Locker {
+    let redis = platform::redis_conn::connect(&redis_url()).expect("a Redis manager");
+    let options = LockOptions {
+        ttl: Duration::from_secs(10),
+        wait: Duration::from_secs(5),
+        renew: true,
+    };
+    Locker::new(
+        redis,
+        RedisKeys::new(prefix),
+        options,
+        RedisHealth::default(),
+    )
+}
+
+async fn setup(products: &[(i64, i64)]) -> Setup {
+    platform::testing::init_logs();
+    let db = TestDatabase::create("batch", &inventory_service::MIGRATOR).await;
+    for (product, stock) in products {
+        sqlx::query("INSERT INTO products (product_id, name, stock) VALUES ($1, 'widget', $2)")
+            .bind(product)
+            .bind(stock)
+            .execute(&db.pool)
+            .await
+            .expect("a product");
+    }
+    let prefix = redis_prefix();
+    let handler = OrderEvents {
+        db: db.pool.clone(),
+        locker: locker(&prefix),
+        outbox: OutboxSignal::default(),
+    };
+    Setup {
+        db,
+        handler,
+        other_process: locker(&prefix),
+    }
+}
+
+fn message(event_type: &str, payload: Value) -> Message {
+    let body = json!({"event_id": Uuid::now_v7(), "version": 1, "occurred_at": chrono::Utc::now(),
+        "event_type": event_type, "payload": payload});
+    Message {
+        routing_key: event_type.to_owned(),
+        body: body.to_string().into_bytes(),
+        trace: TraceContext::new_root(),
+        previous_deliveries: 0,
+    }
+}
+
+fn created(order_id: Uuid, items: &[(i64, i64)]) -> Message {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(p, q)| json!({"product_id": p, "quantity": q}))
+        .collect();
+    message(
+        keys::ORDER_CREATED,
+        json!({"order_id": order_id, "user_id": 1, "items": items, "amount": "1.00"}),
+    )
+}
+
+fn cancelled(order_id: Uuid) -> Message {
+    message(keys::ORDER_CANCELLED, json!({"order_id": order_id}))
+}
+
+async fn state(pool: &PgPool, order_id: Uuid) -> Option<(String, Option<String>)> {
+    sqlx::query_as("SELECT state, rejection_reason FROM reservations WHERE order_id = $1")
+        .bind(order_id)
+        .fetch_optional(pool)
+        .await
+        .expect("a lookup")
+}
+
+async fn stock(pool: &PgPool, product: i64) -> i64 {
+    sqlx::query_scalar("SELECT stock FROM products WHERE product_id = $1")
+        .bind(product)
+        .fetch_one(pool)
+        .await
+        .expect("the product")
+}
+
+async fn events(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar("SELECT routing_key FROM outbox ORDER BY id")
+        .fetch_all(pool)
+        .await
+        .expect("the outbox")
+}
+
+fn labels(outcomes: &[Outcome]) -> Vec<&'static str> {
+    outcomes
+        .iter()
+        .map(|o| match o {
+            Ok(Handled::Applied) => "applied",
+            Ok(Handled::Duplicate) => "duplicate",
+            Err(ConsumeError::Poison(_)) => "poison",
+            Err(ConsumeError::Retry(_)) => "retry",
+            Err(ConsumeError::Contention(_)) => "contention",
+        })
+        .collect()
+}
+
+fn applied(state: &str) -> Option<(String, Option<String>)> {
+    Some((state.to_owned(), None))
+}
+
+#[tokio::test]
+async fn each_order_of_a_batch_is_judged_against_the_stock_the_earlier_ones_left() {
+    let s = setup(&[(1, 5)]).await;
+    let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let batch = [
+        created(a, &[(1, 2)]),
+        created(b, &[(1, 4)]),
+        created(c, &[(1, 3)]),
+    ];
+    let outcomes = s.handler.handle_batch(&batch).await;
+    assert_eq!(labels(&outcomes), ["applied"; 3]);
+    assert_eq!(state(&s.db.pool, a).await, applied("APPLIED"));
+    assert_eq!(
+        state(&s.db.pool, b).await,
+        Some(("REJECTED".into(), Some("insufficient_stock".into()))),
+        "the large order in the middle is refused"
+    );
+    assert_eq!(
+        state(&s.db.pool, c).await,
+        applied("APPLIED"),
+        "and does not stop the later small one"
+    );
+    assert_eq!(stock(&s.db.pool, 1).await, 0);
+    assert_eq!(
+        events(&s.db.pool).await,
+        [
+            keys::INVENTORY_RESERVED,
+            keys::INVENTORY_REJECTED,
+            keys::INVENTORY_RESERVED
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_poison_message_inside_a_batch_fails_alone() {
+    let s = setup(&[(1, 5)]).await;
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut garbage = created(Uuid::now_v7(), &[(1, 1)]);
+    garbage.body = b"not json".to_vec();
+    let batch = [
+        created(a, &[(1, 1)]),
+        garbage,
+        created(Uuid::now_v7(), &[(1, 0)]),
+        created(b, &[(1, 1)]),
+    ];
+    let outcomes = s.handler.handle_batch(&batch).await;
+    assert_eq!(
+        labels(&outcomes),
+        ["applied", "poison", "poison", "applied"]
+    );
+    assert_eq!(stock(&s.db.pool, 1).await, 3);
+}
+
+#[tokio::test]
+async fn a_message_that_fails_inside_a_batch_fails_alone() {
+    let s = setup(&[(1, 5)]).await;
+    let (a, bad, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.order_id = '{bad}' THEN RAISE EXCEPTION 'refused'; END IF; \
+         RETURN NEW; END $$; \
+         CREATE TRIGGER refuse_order BEFORE INSERT ON reservations \
+         FOR EACH ROW EXECUTE FUNCTION refuse_order();"
+    )))
+    .execute(&s.db.pool)
+    .await
+    .expect("a trigger");
+    let batch = [
+        created(a, &[(1, 1)]),
+        created(bad, &[(1, 1)]),
+        created(c, &[(1, 1)]),
+    ];
+    let outcomes = s.handler.handle_batch(&batch).await;
+    assert_eq!(labels(&outcomes), ["applied", "retry", "applied"]);
+    assert_eq!(state(&s.db.pool, bad).await, None);
+    assert_eq!(
+        stock(&s.db.pool, 1).await,
+        3,
+        "only the two that went through"
+    );
+}
+
+#[tokio::test]
+async fn a_creation_and_its_cancellation_in_one_batch_keep_the_saga_rules() {
+    let s = setup(&[(1, 5)]).await;
+    let (first_created, first_cancelled) = (Uuid::now_v7(), Uuid::now_v7());
+    let batch = [
+        created(first_created, &[(1, 2)]),
+        cancelled(first_created),
+        // A second copy of the cancellation gives nothing back again.
+        cancelled(first_created),
+        // The cancellation came first: a tombstone, and the creation deducts nothing.
+        cancelled(first_cancelled),
+        created(first_cancelled, &[(1, 3)]),
+    ];
+    let outcomes = s.handler.handle_batch(&batch).await;
+    assert_eq!(labels(&outcomes), ["applied"; 5]);
+    assert_eq!(state(&s.db.pool, first_created).await, applied("RELEASED"));
+    assert_eq!(
+        state(&s.db.pool, first_cancelled).await,
+        applied("CANCELLED")
+    );
+    assert_eq!(
+        stock(&s.db.pool, 1).await,
+        5,
+        "released once, nothing hanging"
+    );
+    assert_eq!(
+        events(&s.db.pool).await,
+        [keys::INVENTORY_RESERVED, keys::INVENTORY_RELEASED]
+    );
+}
+
+#[tokio::test]
+async fn a_seen_message_or_a_seen_order_deducts_nothing_and_is_answered_again() {
+    let s = setup(&[(1, 0), (2, 5)]).await;
+    let order = Uuid::now_v7();
+    let first = created(order, &[(1, 2)]);
+    assert_eq!(
+        labels(&s.handler.handle_batch(std::slice::from_ref(&first)).await),
+        ["applied"]
+    );
+    // The same message again (redelivered), and a re-published creation of the same order.
+    let batch = [first, created(order, &[(1, 2)])];
+    assert_eq!(
+        labels(&s.handler.handle_batch(&batch).await),
+        ["duplicate", "applied"]
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
+        .fetch_one(&s.db.pool)
+        .await
+        .expect("a count");
+    assert_eq!(rows, 1, "the rejection is written once");
+    assert_eq!(
+        events(&s.db.pool).await,
+        [keys::INVENTORY_REJECTED, keys::INVENTORY_REJECTED],
+        "answered again, so order-service can settle if the first answer was lost"
+    );
+    assert_eq!(stock(&s.db.pool, 2).await, 5);
+}
+
+#[tokio::test]
+async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the_others() {
+    let s = setup(&[(1, 5), (2, 5)]).await;
+    let held = s
+        .other_process
+        .acquire(ProductId(1))
+        .await
+        .expect("the lock");
+    let (busy, free) = (Uuid::now_v7(), Uuid::now_v7());
+    let batch = [
+        created(busy, &[(1, 1)]),
+        created(free, &[(2, 1)]),
+        // Later events of a waiting order wait with it, so they keep their order.
+        cancelled(busy),
+    ];
+    let outcomes = s.handler.handle_batch(&batch).await;
+    assert_eq!(labels(&outcomes), ["contention", "applied", "contention"]);
+    assert_eq!(state(&s.db.pool, busy).await, None);
+    assert_eq!(stock(&s.db.pool, 2).await, 4);
+
+    held.release().await;
+    let again = [batch[0].clone(), batch[2].clone()];
+    assert_eq!(
+        labels(&s.handler.handle_batch(&again).await),
+        ["applied", "applied"]
+    );
+    assert_eq!(state(&s.db.pool, busy).await, applied("RELEASED"));
+    assert_eq!(stock(&s.db.pool, 1).await, 5);
+}

@@ -1,0 +1,117 @@
+//! The consumer loop hands what is buffered to the handler as one batch (never more than the
+//! prefetch), settles every message by its own outcome, and keeps contended messages in
+//! process: they are tried again without the broker counting a delivery.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use platform::amqp::Broker;
+use platform::consumer::{ConsumeError, ConsumerSettings, Handled, Handler, Message, Outcome};
+use platform::testing::{AmqpProbe, TestDatabase, TestVhost, eventually};
+use shared::keys;
+use tokio_util::sync::CancellationToken;
+
+const PREFETCH: u16 = 8;
+const MESSAGES: usize = 30;
+/// How many times the contended message finds its resource busy.
+const BUSY_TRIES: u32 = 3 * keys::DELIVERY_LIMIT as u32;
+
+#[derive(Clone, Default)]
+struct Recording {
+    /// The size of every batch handed over.
+    batches: Arc<Mutex<Vec<usize>>>,
+    /// Every delivery count the contended message was seen with.
+    contended_seen: Arc<Mutex<Vec<i64>>>,
+    applied: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Handler for Recording {
+    async fn handle_batch(&self, messages: &[Message]) -> Vec<Outcome> {
+        self.batches.lock().expect("batches").push(messages.len());
+        messages
+            .iter()
+            .map(|m| {
+                if m.body == b"busy" {
+                    let mut seen = self.contended_seen.lock().expect("seen");
+                    seen.push(m.previous_deliveries);
+                    if seen.len() <= BUSY_TRIES as usize {
+                        return Err(ConsumeError::Contention("busy".into()));
+                    }
+                }
+                self.applied.lock().expect("applied").push(m.body.clone());
+                Ok(Handled::Applied)
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn batches_are_bounded_by_the_prefetch_and_contention_spends_no_delivery() {
+    platform::testing::init_logs();
+    let db = TestDatabase::create("consumer_batches", &order_service::MIGRATOR).await;
+    let vhost = TestVhost::create();
+    let probe = AmqpProbe::connect(&vhost.url).await;
+    // Queued before the consumer starts, so it finds more than one batch's worth buffered.
+    probe
+        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"busy", None)
+        .await;
+    for n in 0..MESSAGES {
+        let body = format!("m{n}");
+        probe
+            .publish(
+                keys::ORDERS_EXCHANGE,
+                keys::ORDER_CREATED,
+                body.as_bytes(),
+                None,
+            )
+            .await;
+    }
+    let stop = CancellationToken::new();
+    let broker = Broker::new(&vhost.url);
+    tokio::spawn(broker.clone().supervise(stop.clone()));
+    let handler = Recording::default();
+    let consumer = tokio::spawn(platform::consumer::run(
+        broker,
+        db.pool.clone(),
+        ConsumerSettings {
+            queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
+            consumer_tag: "batches-test".into(),
+            prefetch: PREFETCH,
+            concurrency: 1,
+        },
+        handler.clone(),
+        stop.clone(),
+    ));
+
+    eventually(Duration::from_secs(30), || async {
+        (handler.applied.lock().expect("applied").len() == MESSAGES + 1).then_some(())
+    })
+    .await;
+    stop.cancel();
+    consumer.await.expect("the consumer loop ends");
+
+    let batches = handler.batches.lock().expect("batches").clone();
+    assert!(
+        batches
+            .iter()
+            .all(|size| (1..=usize::from(PREFETCH)).contains(size)),
+        "{batches:?}"
+    );
+    assert!(
+        batches.iter().any(|size| *size > 1),
+        "what was buffered went together: {batches:?}"
+    );
+    let seen = handler.contended_seen.lock().expect("seen").clone();
+    assert_eq!(seen.len(), BUSY_TRIES as usize + 1);
+    assert!(
+        seen.iter().all(|count| *count == 0),
+        "the broker counted no delivery for contention: {seen:?}"
+    );
+    let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
+    assert_eq!(probe.ready(&dlq).await, 0);
+    assert_eq!(
+        probe.ready(keys::INVENTORY_ORDER_EVENTS_QUEUE).await,
+        0,
+        "every message acked, none back in the queue after the channel closed"
+    );
+}

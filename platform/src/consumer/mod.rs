@@ -1,0 +1,260 @@
+//! The consumer loop shared by both services: deliveries are handled in batches.
+//!
+//! - Subscribes to its queue on every (re)connection with `concurrency` channels, each with
+//!   its own prefetch window and its own loop: a loop takes the deliveries already buffered
+//!   (at least one, at most the prefetch; it never waits to fill a batch), hands them to the
+//!   handler as one batch, and settles each by its own outcome ([`settle`]).
+//! - Acks only after the handler's transaction committed (the handler returns after commit),
+//!   contiguous successes with one `basic_ack(multiple)`.
+//! - A message the handler cannot parse is rejected without requeue: the queue dead-letters
+//!   it at once. A handler failure is nacked with requeue after a pause; the queue's delivery
+//!   limit dead-letters a message that keeps failing. While PostgreSQL itself is unreachable
+//!   the loop waits for it before nacking, so an outage does not burn through the delivery
+//!   limit of healthy messages.
+//! - Contention (a busy lock, a lost race) is not failure: the message is kept unacked in
+//!   this process and handled again with the next batch. A nack would count as a delivery on
+//!   a quorum queue and spend the delivery limit of a valid message.
+//! - A handler that panics on a batch is given the batch's messages again one by one, so
+//!   only the message that makes it panic fails.
+//! - On shutdown it cancels the subscription after the batch in hand, and closes the channel
+//!   so unacked deliveries (kept ones too) return to the queue.
+
+mod batch;
+mod settle;
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::{FutureExt, StreamExt};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::amqp::Broker;
+use crate::http::TraceContext;
+use crate::retry::backoff;
+
+pub use batch::Received;
+
+pub const MESSAGES_CONSUMED_TOTAL: &str = "messages_consumed_total";
+
+/// Every `result` label of [`MESSAGES_CONSUMED_TOTAL`].
+const RESULTS: [&str; 5] = [
+    "applied",
+    "duplicate",
+    "dead_lettered",
+    "retried",
+    "contended",
+];
+
+/// Pauses before kept (contended) messages are tried again when nothing new arrives.
+const CONTENTION_BASE: Duration = Duration::from_millis(2);
+const CONTENTION_CAP: Duration = Duration::from_millis(100);
+
+/// Describes the consumer's metric and exposes every `result` at zero.
+pub fn register_metrics() {
+    crate::http::metrics::handle();
+    metrics::describe_counter!(
+        MESSAGES_CONSUMED_TOTAL,
+        "Deliveries handled, by result: applied, duplicate, dead_lettered, retried, \
+         contended (kept in process and tried again with the next batch)"
+    );
+    crate::http::metrics::zero_counter(MESSAGES_CONSUMED_TOTAL, "result", &RESULTS);
+}
+
+/// One delivery, as handlers see it.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub routing_key: String,
+    pub body: Vec<u8>,
+    /// Continues the publisher's trace (from the `traceparent` header).
+    pub trace: TraceContext,
+    /// How many times the broker delivered this message before (quorum queues count).
+    pub previous_deliveries: i64,
+}
+
+/// What a handler did with a message it understood.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    Applied,
+    /// Its id was already recorded: nothing changed.
+    Duplicate,
+}
+
+/// Why a message was not handled this time; the consumer's own error type (the HTTP edge
+/// has its own).
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumeError {
+    /// The message can never be handled (unparseable, unknown type): dead-letter it now.
+    #[error("poison message: {0}")]
+    Poison(String),
+    /// Handling failed this time (database error): requeue it; this spends one of its
+    /// deliveries.
+    #[error(transparent)]
+    Retry(#[from] anyhow::Error),
+    /// Someone else holds what it needs (a busy lock, a version that moved): keep it and try
+    /// again with the next batch, without spending a delivery.
+    #[error("contention: {0}")]
+    Contention(String),
+}
+
+impl From<sqlx::Error> for ConsumeError {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Retry(error.into())
+    }
+}
+
+/// One message's outcome.
+pub type Outcome = Result<Handled, ConsumeError>;
+
+/// A message handler. It must record the message ids and commit before returning
+/// `Ok` for them.
+pub trait Handler: Clone + Send + Sync + 'static {
+    /// Handles `messages`, in arrival order, and returns one outcome per message in the same
+    /// order. Each outcome must be the one handling the messages one at a time in that order
+    /// would give.
+    fn handle_batch(&self, messages: &[Message]) -> impl Future<Output = Vec<Outcome>> + Send;
+
+    /// Handles one message: a batch of one.
+    fn handle(&self, message: Message) -> impl Future<Output = Outcome> + Send {
+        async move {
+            let mut outcomes = self.handle_batch(std::slice::from_ref(&message)).await;
+            outcomes.pop().unwrap_or_else(|| {
+                Err(ConsumeError::Retry(anyhow::anyhow!(
+                    "the handler returned no outcome"
+                )))
+            })
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerSettings {
+    pub queue: &'static str,
+    pub consumer_tag: String,
+    /// Deliveries the broker sends ahead of acks, per channel; also the largest batch.
+    pub prefetch: u16,
+    /// Channels consuming at once, each handling one batch at a time.
+    pub concurrency: usize,
+}
+
+/// Consumes `settings.queue` until `shutdown`, reconnecting whenever the broker comes back.
+pub async fn run<H: Handler>(
+    broker: Broker,
+    db: PgPool,
+    settings: ConsumerSettings,
+    handler: H,
+    shutdown: CancellationToken,
+) {
+    while !shutdown.is_cancelled() {
+        let Some(conn) = broker.connection(&shutdown).await else {
+            break;
+        };
+        let channels = (0..settings.concurrency.max(1))
+            .map(|n| consume_channel(&conn, n, &settings, &handler, &db, &shutdown).boxed());
+        let subscribed = futures_util::future::join_all(channels).await;
+        if shutdown.is_cancelled() {
+            break;
+        }
+        if subscribed.iter().any(|ok| !ok) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tracing::warn!(queue = settings.queue, "subscription ended; resubscribing");
+    }
+}
+
+/// One channel's loop, until its subscription ends or `shutdown`; `false` when it could not
+/// subscribe.
+async fn consume_channel<H: Handler>(
+    conn: &lapin::Connection,
+    n: usize,
+    settings: &ConsumerSettings,
+    handler: &H,
+    db: &PgPool,
+    shutdown: &CancellationToken,
+) -> bool {
+    let tag = format!("{}-{n}", settings.consumer_tag);
+    let subscription = async {
+        let channel = conn.create_channel().await?;
+        channel
+            .basic_qos(settings.prefetch, BasicQosOptions::default())
+            .await?;
+        let consumer = channel
+            .basic_consume(
+                settings.queue.into(),
+                tag.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok::<_, lapin::Error>((channel, consumer))
+    };
+    let (channel, consumer) = match subscription.await {
+        Ok(pair) => pair,
+        Err(error) => {
+            tracing::warn!(%error, queue = settings.queue, "cannot subscribe; retrying");
+            return false;
+        }
+    };
+    tracing::info!(queue = settings.queue, channel = n, "consuming");
+    let stop = shutdown.clone();
+    let mut deliveries = std::pin::pin!(consumer.take_until(stop.cancelled_owned()));
+    let limit = usize::from(settings.prefetch.max(1));
+    // Kept for contention: older than anything still in the stream, so they go first.
+    let mut kept: Vec<Received> = Vec::new();
+    let mut contended_rounds = 0;
+    let mut ended = false;
+    while !ended {
+        let mut batch = std::mem::take(&mut kept);
+        let first = if batch.is_empty() {
+            Some(deliveries.next().await)
+        } else {
+            let pause = backoff(contended_rounds, CONTENTION_BASE, CONTENTION_CAP);
+            tokio::select! {
+                next = deliveries.next() => Some(next),
+                () = tokio::time::sleep(pause) => None,
+            }
+        };
+        match first {
+            Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
+            Some(Some(Err(error))) => tracing::warn!(%error, "consumer stream error"),
+            Some(None) if batch.is_empty() => break,
+            Some(None) => ended = true,
+            None => {}
+        }
+        // What is already buffered joins the batch; nothing waits for more to arrive.
+        while !ended && batch.len() < limit {
+            match deliveries.next().now_or_never() {
+                Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
+                Some(Some(Err(error))) => tracing::warn!(%error, "consumer stream error"),
+                Some(None) => {
+                    ended = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let outcomes = batch::handle(handler, &batch).await;
+        kept = settle::settle(batch, outcomes, db, shutdown).await;
+        contended_rounds = if kept.is_empty() {
+            0
+        } else {
+            contended_rounds.saturating_add(1)
+        };
+        ended |= shutdown.is_cancelled();
+    }
+    // Kept messages are dropped unacked: closing the channel returns them to the queue.
+    drop(kept);
+    if shutdown.is_cancelled() {
+        channel
+            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+            .await
+            .ok();
+        channel.close(200, "shutting down".into()).await.ok();
+    }
+    true
+}
