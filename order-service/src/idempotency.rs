@@ -58,7 +58,9 @@ static CLAIM: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
             local recreate_until = ARGV[2 * i + 1]
             local v = redis.call('GET', key)
             if not v then
-                if recreate_until == '' then
+                -- A forgotten token is claimed again only while it is alive: one that expired
+                -- while its request queued is unknown, as if Redis had expired it itself.
+                if recreate_until == '' or tonumber(recreate_until) <= now then
                     out[i] = ''
                 else
                     redis.call('SET', key, claim, 'PXAT', recreate_until)

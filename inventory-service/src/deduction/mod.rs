@@ -5,7 +5,7 @@
 //! - [`batch`]: one batch under one lock: read, judge, write in one statement, commit.
 //! - [`judge`]: every request in arrival order against the stock the earlier ones left.
 //! - [`response`]: the first answer of an id (stored) and its replays.
-//! - [`retry`]: the retry policy shared by everything that deducts (the consumer too).
+//! - [`retry`]: which failures are lost races, retried before answering 503 `busy`.
 //!
 //! A batch of one runs the same code as a batch of a hundred: there is no other write path.
 

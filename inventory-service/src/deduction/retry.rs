@@ -1,5 +1,5 @@
-//! The retry policy shared by everything that deducts: which failures are lost races, and
-//! how long to keep trying before answering 503 `busy`.
+//! The retry policy of `POST /deductions`: which failures are lost races, and how long to
+//! keep trying before answering 503 `busy`.
 
 use std::time::{Duration, Instant};
 
@@ -27,10 +27,14 @@ impl From<sqlx::Error> for AttemptError {
 impl AttemptError {
     /// A lost race: the attempt changed nothing and another one may well succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Lock(LockError::Lost) | Self::Stock(StockError::Contended(_))
-        )
+        match self {
+            Self::Lock(LockError::Lost) | Self::Stock(StockError::Contended(_)) => true,
+            // PostgreSQL undid the transaction because of another one (a deadlock, say).
+            Self::Stock(StockError::Database(error)) | Self::Api(ApiError::Database(error)) => {
+                platform::consumer::is_database_contention(error)
+            }
+            _ => false,
+        }
     }
 }
 

@@ -108,21 +108,11 @@ fn parse(message: &Message) -> Result<Work, ConsumeError> {
     })
 }
 
-/// Items order-service would never send: retrying cannot help, so dead-letter at once.
+/// Items order-service would never send (the rules of `shared::line_items`, which it checks
+/// too): retrying cannot help, so dead-letter at once.
 fn check_items(items: &[LineItem]) -> Result<(), ConsumeError> {
-    let mut seen = HashSet::new();
-    let valid = !items.is_empty()
-        && items.len() <= 100
-        && items.iter().all(|i| {
-            i.product_id.0 > 0 && (1..=1_000_000).contains(&i.quantity) && seen.insert(i.product_id)
-        });
-    if valid {
-        Ok(())
-    } else {
-        Err(ConsumeError::Poison(
-            "order.created with invalid items".into(),
-        ))
-    }
+    shared::line_items::check(items)
+        .map_err(|error| ConsumeError::Poison(format!("order.created with invalid items: {error}")))
 }
 
 impl OrderEvents {

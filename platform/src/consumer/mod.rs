@@ -101,8 +101,39 @@ pub enum ConsumeError {
 
 impl From<sqlx::Error> for ConsumeError {
     fn from(error: sqlx::Error) -> Self {
-        Self::Retry(error.into())
+        if is_database_contention(&error) {
+            Self::Contention(error.to_string())
+        } else {
+            Self::Retry(error.into())
+        }
     }
+}
+
+impl ConsumeError {
+    /// A failure PostgreSQL reports when another transaction was in the way is contention,
+    /// wherever in the error chain it sits: it must not spend a delivery.
+    fn normalized(self) -> Self {
+        match self {
+            Self::Retry(error)
+                if error
+                    .chain()
+                    .filter_map(|cause| cause.downcast_ref::<sqlx::Error>())
+                    .any(is_database_contention) =>
+            {
+                Self::Contention(format!("{error:#}"))
+            }
+            other => other,
+        }
+    }
+}
+
+/// A deadlock, a serialization failure or a lock not available: PostgreSQL undid this
+/// transaction because of another one, and running it again is the remedy.
+pub fn is_database_contention(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| matches!(code.as_ref(), "40P01" | "40001" | "55P03"))
 }
 
 /// One message's outcome.
@@ -257,4 +288,45 @@ async fn consume_channel<H: Handler>(
         channel.close(200, "shutting down".into()).await.ok();
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Connection;
+
+    use super::*;
+
+    /// A real error of PostgreSQL's with `code`, raised by the server.
+    async fn database_error(code: &str) -> sqlx::Error {
+        let server =
+            crate::config::string("TEST_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432");
+        let mut conn = sqlx::PgConnection::connect(&format!("{server}/postgres"))
+            .await
+            .expect("PostgreSQL");
+        let raise =
+            format!("DO $$ BEGIN RAISE EXCEPTION 'in the way' USING ERRCODE = '{code}'; END $$");
+        sqlx::query(sqlx::AssertSqlSafe(raise))
+            .execute(&mut conn)
+            .await
+            .expect_err("the statement raises")
+    }
+
+    #[tokio::test]
+    async fn a_deadlock_or_serialization_failure_is_contention_not_a_spent_delivery() {
+        for code in ["40P01", "40001", "55P03"] {
+            let error = database_error(code).await;
+            assert!(matches!(
+                ConsumeError::from(database_error(code).await),
+                ConsumeError::Contention(_)
+            ));
+            let wrapped =
+                ConsumeError::Retry(anyhow::Error::from(error).context("applying a batch"));
+            assert!(
+                matches!(wrapped.normalized(), ConsumeError::Contention(_)),
+                "{code}"
+            );
+        }
+        let other = ConsumeError::from(database_error("23514").await);
+        assert!(matches!(other.normalized(), ConsumeError::Retry(_)));
+    }
 }

@@ -24,7 +24,7 @@ pub(super) async fn settle(
     let mut poison = Vec::new();
     for (received, outcome) in batch.into_iter().zip(outcomes) {
         let _span = received.span.clone().entered();
-        match outcome {
+        match outcome.map_err(ConsumeError::normalized) {
             Ok(handled) => {
                 let label = match handled {
                     Handled::Applied => "applied",
