@@ -104,6 +104,33 @@ pub async fn scrape_metric(base: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Starts the service `binary` once per `(variable, value)` of `refused`, on `database_url`, and
+/// asserts that each start is refused with a message naming the variable.
+pub async fn assert_each_setting_refused(
+    binary: &'static str,
+    database_url: &str,
+    refused: &[(&'static str, &'static str)],
+) {
+    for &(name, value) in refused {
+        let mut command = service_command(
+            binary,
+            database_url,
+            "amqp://guest:guest@127.0.0.1:1/%2f",
+            &redis_prefix(),
+        );
+        command
+            .env("HTTP_ADDR", format!("127.0.0.1:{}", free_port()))
+            .env(name, value);
+        let stderr = tokio::task::spawn_blocking(move || expect_refused_start(command))
+            .await
+            .expect("the check runs");
+        assert!(
+            stderr.contains(name),
+            "{name}={value:?} was refused without naming it: {stderr}"
+        );
+    }
+}
+
 /// Sends the signal `name` (`TERM`, `STOP`, `CONT`, …) to `child`.
 pub fn signal(child: &std::process::Child, name: &str) {
     let status = Command::new("kill")

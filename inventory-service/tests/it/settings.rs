@@ -26,24 +26,8 @@ const REFUSED: &[(&str, &str)] = &[
 #[tokio::test(flavor = "multi_thread")]
 async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
     let db = TestDatabase::create("inventory_settings", &inventory_service::MIGRATOR).await;
-    for &(name, value) in REFUSED {
-        let mut command = testing::service_command(
-            env!("CARGO_BIN_EXE_inventory-service"),
-            &db.url,
-            "amqp://guest:guest@127.0.0.1:1/%2f",
-            &testing::redis_prefix(),
-        );
-        command
-            .env("HTTP_ADDR", format!("127.0.0.1:{}", testing::free_port()))
-            .env(name, value);
-        let stderr = tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
-            .await
-            .expect("the check runs");
-        assert!(
-            stderr.contains(name),
-            "{name}={value:?} was refused without naming it: {stderr}"
-        );
-    }
+    testing::assert_each_setting_refused(env!("CARGO_BIN_EXE_inventory-service"), &db.url, REFUSED)
+        .await;
 }
 
 #[tokio::test]
