@@ -82,7 +82,9 @@ pub struct MessagingConfig {
     /// `CONSUMER_CONCURRENCY` (1): channels consuming the queue at once, each handling one
     /// batch of up to `CONSUMER_PREFETCH` deliveries at a time.
     pub consumer_concurrency: usize,
-    /// `CONSUMER_PREFETCH` (64): deliveries the broker sends ahead of acks.
+    /// `CONSUMER_PREFETCH` (256): deliveries the broker sends ahead of acks. Also the largest
+    /// batch: at 64, a flash sale left the consumers a growing backlog; 1,024 made each batch
+    /// (and so the lock hold and the transaction) long enough to cost more than it saved.
     pub consumer_prefetch: u16,
     /// `VACUUM_EVERY_SECS` (15): how often the busiest tables are vacuumed while PostgreSQL's
     /// autovacuum is off.
@@ -105,7 +107,7 @@ impl MessagingConfig {
             },
             consumer_concurrency: at_least("CONSUMER_CONCURRENCY", 1, 1)?,
             // 0 means "unlimited" to AMQP: the broker would push the whole queue at once.
-            consumer_prefetch: at_least("CONSUMER_PREFETCH", 64, 1)?,
+            consumer_prefetch: at_least("CONSUMER_PREFETCH", 256, 1)?,
             vacuum_every: positive_secs("VACUUM_EVERY_SECS", 15)?,
         })
     }
@@ -117,7 +119,7 @@ impl Default for MessagingConfig {
             relay: Default::default(),
             retention: Default::default(),
             consumer_concurrency: 1,
-            consumer_prefetch: 64,
+            consumer_prefetch: 256,
             vacuum_every: Duration::from_secs(15),
         }
     }
