@@ -4,10 +4,8 @@
 use std::time::Duration;
 
 use inventory_service::db;
-use inventory_service::domain::deduction::Outcome;
 use inventory_service::domain::product::NewProduct;
 use inventory_service::lock::{LockError, LockOptions};
-use shared::events::{LineItem, RejectionReason};
 use shared::ids::ProductId;
 
 use crate::helpers::{TestApp, assert_exactly_fifty_applied, patient, stampede};
@@ -28,14 +26,28 @@ async fn two_hundred_concurrent_deductions_on_a_stock_of_fifty_apply_exactly_fif
     assert_eq!(app.deductions.stats().waiting, 0);
 }
 
+/// The row of `product` as a writer reads it before deciding.
+async fn stock_of(conn: &mut sqlx::PgConnection, product: ProductId) -> db::stock::StockRow {
+    let rows = db::stock::read_all(conn, &[product]).await.expect("read");
+    rows.into_iter()
+        .find(|(id, _)| *id == product)
+        .map(|(_, row)| row)
+        .expect("the row")
+}
+
+/// One unit less, conditional on the version `read` saw.
+fn deduct_one(product: ProductId, read: db::stock::StockRow) -> db::stock::Change {
+    db::stock::Change {
+        product_id: product,
+        delta: -1,
+        version: Some(read.version),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
     let app = TestApp::spawn().await;
     let product = ProductId(1);
-    let item = LineItem {
-        product_id: product,
-        quantity: 1,
-    };
     db::products::insert(
         &mut app.db.acquire().await.expect("a connection"),
         &NewProduct::parse(1, "Last unit", 1).expect("valid"),
@@ -52,10 +64,7 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
     // A locks the product and reads stock 1 at some version...
     let a_locks = stalling.acquire(product).await.expect("A's lock");
     let mut a_tx = app.db.begin().await.expect("A's transaction");
-    let stale = db::stock::read(&mut a_tx, product)
-        .await
-        .expect("read")
-        .expect("the row");
+    let stale = stock_of(&mut a_tx, product).await;
     assert_eq!(stale.stock, 1);
 
     // ...and stalls until its lock expires; B, in another process, takes the lock and sells
@@ -70,30 +79,24 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
         .await
         .expect("B's lock, once A's expired");
     let mut b_tx = app.db.begin().await.expect("B's transaction");
-    let b_outcome = db::stock::deduct_all(&mut b_tx, &[item])
-        .await
-        .expect("B deducts");
-    assert_eq!(b_outcome, Outcome::Applied);
+    let fresh = stock_of(&mut b_tx, product).await;
+    assert!(
+        db::stock::apply_changes(&mut b_tx, &[deduct_one(product, fresh)])
+            .await
+            .expect("B's update runs"),
+        "B's read is current, so its update applies"
+    );
     assert_eq!(b_locks.ensure_held(), Ok(()));
     b_tx.commit().await.expect("B commits");
     b_locks.release().await;
 
     // A wakes up with its stale read: the conditional update changes nothing...
-    let written = db::stock::try_deduct(&mut a_tx, product, 1, stale.version)
+    let written = db::stock::apply_changes(&mut a_tx, &[deduct_one(product, stale)])
         .await
         .expect("the update runs");
     assert!(!written, "the stale write must match no row");
-    // ...a fresh attempt sees the stock is gone, and A is told before commit it lost the lock.
-    let a_outcome = db::stock::deduct_all(&mut a_tx, &[item])
-        .await
-        .expect("A re-reads");
-    assert_eq!(
-        a_outcome,
-        Outcome::Rejected {
-            reason: RejectionReason::InsufficientStock,
-            product_id: product
-        }
-    );
+    // ...a fresh read shows the stock is gone, and A is told before commit it lost the lock.
+    assert_eq!(stock_of(&mut a_tx, product).await.stock, 0);
     assert_eq!(a_locks.ensure_held(), Err(LockError::Lost));
     a_tx.rollback().await.expect("A rolls back");
     a_locks.release().await;
