@@ -10,14 +10,17 @@
 #    alert has a test where it fires and one where it stays quiet;
 # 3. every query of every dashboard, Grafana's variables given sample values, wrapped as a
 #    recording rule through promtool check rules (Grafana itself is not installable here);
-# 4. with --live: both services started on free ports with state of their own
-#    (scripts/lib/stack.sh), and every metric the alerts and the dashboards read must be in
-#    their first scrape, before any traffic (SPEC §5: every named metric exists from start;
-#    an alert on a name nobody exposes would never fire). `up` is Prometheus's own and
-#    `rabbitmq_*` the broker plugin's, so those are not looked for.
+# 4. with --live: a RabbitMQ node of its own (free ports, rabbitmq_prometheus on; the
+#    machine's broker is left as it is) and both services against it on free ports with state
+#    of their own (scripts/lib/stack.sh). Every metric the alerts and the dashboards read
+#    must be in the first scrape of the services (before any traffic: SPEC §5 wants every
+#    named metric from start) or of the plugin's two endpoints that prometheus.yml scrapes;
+#    only `up`, Prometheus's own, is not looked for. And the dead-letter alert's selector
+#    must find both dead-letter queues the services declared. An alert on a name nobody
+#    exposes would never fire.
 #
-# Needs: promtool (`apt-get install prometheus`), python3 with PyYAML; with --live, what
-# scripts/lib/stack.sh needs.
+# Needs: promtool (`apt-get install prometheus`), python3 with PyYAML; with --live,
+# rabbitmq-server and what scripts/lib/stack.sh needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,15 +58,67 @@ promtool check rules "$WORK/dashboard-rules.json"
 
 if [ "$LIVE" = 1 ]; then
   . scripts/lib/stack.sh
-  trap 'stack_stop; rm -rf "$WORK"' EXIT
+  stack_require rabbitmq-server
+  BROKER_DIR="$(mktemp -d)"
+  BROKER_NODE="observability_$$@localhost"
+  STACK_AMQP_PORT="$(stack_free_port)"
+  BROKER_METRICS="http://127.0.0.1:$(stack_free_port)"
+  STACK_RABBITMQCTL=(rabbitmqctl -n "$BROKER_NODE")
+  broker_env() {
+    env RABBITMQ_NODENAME="$BROKER_NODE" RABBITMQ_CONFIG_FILE="$BROKER_DIR/rabbitmq.conf" \
+      RABBITMQ_DIST_PORT="$(stack_free_port)" RABBITMQ_MNESIA_BASE="$BROKER_DIR/mnesia" \
+      RABBITMQ_LOG_BASE="$BROKER_DIR/log" RABBITMQ_ENABLED_PLUGINS_FILE="$BROKER_DIR/enabled_plugins" \
+      RABBITMQ_PID_FILE="$BROKER_DIR/pid" "$@"
+  }
+  stop_all() {
+    local status=$?
+    stack_stop || true
+    rabbitmqctl -n "$BROKER_NODE" -q stop >/dev/null 2>&1 || true
+    rm -rf "$WORK" "$BROKER_DIR"
+    return "$status"
+  }
+  trap stop_all EXIT
   trap 'exit 130' INT TERM
 
   log "build"
   stack_build
-  log "metric names against both services' first scrape"
+
+  log "a RabbitMQ node with rabbitmq_prometheus"
+  printf 'listeners.tcp.local = 127.0.0.1:%s\nprometheus.tcp.ip = 127.0.0.1\nprometheus.tcp.port = %s\n' \
+    "$STACK_AMQP_PORT" "${BROKER_METRICS##*:}" >"$BROKER_DIR/rabbitmq.conf"
+  echo "[rabbitmq_prometheus]." >"$BROKER_DIR/enabled_plugins"
+  [ "$(id -u)" = 0 ] && chown -R rabbitmq:rabbitmq "$BROKER_DIR"
+  broker_env rabbitmq-server -detached
+  for _ in $(seq 1 60); do
+    rabbitmqctl -n "$BROKER_NODE" -q status >/dev/null 2>&1 && break
+    sleep 1
+  done
+  rabbitmqctl -n "$BROKER_NODE" -q await_startup
+
+  log "metric names against the first scrape of both services and of the broker"
   stack_start observability
   curl -fsS "$ORDER_URL/metrics" >"$WORK/exposed.txt"
   curl -fsS "$INVENTORY_URL/metrics" >>"$WORK/exposed.txt"
+  curl -fsS "$BROKER_METRICS/metrics" >>"$WORK/exposed.txt"
+  # A queue shows in the plugin's figures once the broker has collected its statistics
+  # (every 5 s by default), so the dead-letter queues the services declared are waited for.
+  dead_letter_queues_seen() {
+    local queue
+    for queue in inventory-service.order-events.dlq order-service.inventory-events.dlq; do
+      grep -q "^rabbitmq_detailed_queue_messages{.*queue=\"$queue\"" "$WORK/queues.txt" || return 1
+    done
+  }
+  for _ in $(seq 1 60); do
+    curl -fsS "$BROKER_METRICS/metrics/detailed?family=queue_coarse_metrics" >"$WORK/queues.txt"
+    dead_letter_queues_seen && break
+    sleep 0.5
+  done
+  dead_letter_queues_seen || {
+    echo "error: rabbitmq_detailed_queue_messages shows no dead-letter queue of the services" >&2
+    exit 1
+  }
+  echo "the dead-letter alert's metric shows both dead-letter queues"
+  cat "$WORK/queues.txt" >>"$WORK/exposed.txt"
   python3 "$CHECKS" names "$WORK/exposed.txt" "$DIR/prometheus/alerts.yml" "${DASHBOARDS[@]}"
   echo "every metric read by the alerts and the dashboards is exposed"
 fi

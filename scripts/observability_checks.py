@@ -4,7 +4,7 @@
   observability_checks.py tested ALERTS TESTS           every alert fires and stays quiet in a test
   observability_checks.py dashboard-rules DASHBOARD...  the dashboards' queries as recording rules
   observability_checks.py names EXPOSED ALERTS DASHBOARD...
-                                                        metrics read but not in EXPOSED (a scrape)
+                                                        metrics read but not in EXPOSED (scrapes)
 """
 
 import json
@@ -17,8 +17,8 @@ import yaml
 # parses as PromQL. A dashboard variable of its own would need a value here too.
 GRAFANA_VARIABLES = {"__rate_interval": "1m", "__interval": "1m", "__range": "1h"}
 
-# Not the services': `up` is Prometheus's, `rabbitmq_*` come from the broker's plugin.
-EXTERNAL = re.compile(r"^(up|rabbitmq_\w+)$")
+# Prometheus's own, in no scrape.
+EXTERNAL = {"up"}
 
 PROMQL_WORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
                 "group_left", "group_right", "inf", "nan"}
@@ -94,7 +94,7 @@ def unexposed(exposed_path, alerts_path, dashboard_paths):
     exprs += [without_grafana_variables(expr) for path in dashboard_paths
               for _, _, expr in dashboard_queries(path)]
     read = set().union(*(metric_names(expr) for expr in exprs))
-    return sorted(name for name in read if name not in exposed and not EXTERNAL.match(name))
+    return sorted(name for name in read if name not in exposed | EXTERNAL)
 
 
 def main(argv):
@@ -104,7 +104,7 @@ def main(argv):
         json.dump(dashboard_rules(argv[1:]), sys.stdout, indent=2)
         return 0
     elif len(argv) >= 4 and argv[0] == "names":
-        problems = [f"{name}: read by an alert or a dashboard, not exposed by the services"
+        problems = [f"{name}: read by an alert or a dashboard, but in no scrape"
                     for name in unexposed(argv[1], argv[2], argv[3:])]
     else:
         sys.exit(__doc__)

@@ -10,7 +10,9 @@
 #   stack_start NAME              # NAME names the run and its log directory
 #   # then ORDER_URL, INVENTORY_URL, ADMIN_TOKEN and STACK_LOG_DIR are set, both services ready
 #
-# Knobs: CARGO_TARGET_DIR, RELEASE, RUST_LOG (default warn), TEST_DATABASE_SERVER.
+# Knobs: CARGO_TARGET_DIR, RELEASE, RUST_LOG (default warn), TEST_DATABASE_SERVER. A caller
+# with a RabbitMQ node of its own sets STACK_AMQP_PORT and STACK_RABBITMQCTL=(rabbitmqctl -n NODE)
+# before stack_start.
 # Needs: cargo, curl, psql, redis-cli, rabbitmqctl, python3.
 
 STACK_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
@@ -18,6 +20,8 @@ STACK_PROFILE=debug
 STACK_BUILD_FLAGS=()
 if [ "${RELEASE:-0}" = 1 ]; then STACK_PROFILE=release; STACK_BUILD_FLAGS=(--release); fi
 STACK_PG_SERVER="${TEST_DATABASE_SERVER:-postgres://postgres@127.0.0.1:5432}"
+STACK_AMQP_PORT=5672
+STACK_RABBITMQCTL=(rabbitmqctl)
 STACK_PIDS=()
 STACK_RUN=""
 
@@ -49,7 +53,7 @@ stack_stop() {
       psql "$STACK_PG_SERVER/postgres" -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 || true
     done
     redis-cli --scan --pattern "$STACK_RUN:*" 2>/dev/null | xargs -r redis-cli del >/dev/null 2>&1 || true
-    rabbitmqctl -q delete_vhost "$STACK_RUN" >/dev/null 2>&1 || true
+    "${STACK_RABBITMQCTL[@]}" -q delete_vhost "$STACK_RUN" >/dev/null 2>&1 || true
     STACK_RUN=""
   fi
   return "$status"
@@ -62,8 +66,8 @@ stack_start() { # name
   STACK_LOG_DIR="$STACK_TARGET_DIR/$name"
   mkdir -p "$STACK_LOG_DIR"
 
-  rabbitmqctl -q add_vhost "$STACK_RUN"
-  rabbitmqctl -q set_permissions -p "$STACK_RUN" guest '.*' '.*' '.*'
+  "${STACK_RABBITMQCTL[@]}" -q add_vhost "$STACK_RUN"
+  "${STACK_RABBITMQCTL[@]}" -q set_permissions -p "$STACK_RUN" guest '.*' '.*' '.*'
 
   local order_port inventory_port
   order_port="$(stack_free_port)"
@@ -89,7 +93,7 @@ stack_spawn() { # binary port database
   local name=$1 port=$2 database=$3
   env HTTP_ADDR="127.0.0.1:$port" DATABASE_URL="$STACK_PG_SERVER/$database" \
     DATABASE_MAX_CONNECTIONS=10 REDIS_KEY_PREFIX="$STACK_RUN:" \
-    AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$STACK_RUN" \
+    AMQP_URL="amqp://guest:guest@127.0.0.1:$STACK_AMQP_PORT/$STACK_RUN" \
     ADMIN_TOKEN="$ADMIN_TOKEN" INVENTORY_URL="$INVENTORY_URL" RUST_LOG="${RUST_LOG:-warn}" \
     "$STACK_TARGET_DIR/$STACK_PROFILE/$name" >"$STACK_LOG_DIR/$name.log" 2>&1 &
   STACK_PIDS+=($!)
