@@ -59,22 +59,23 @@ promtool check rules "$WORK/dashboard-rules.json"
 if [ "$LIVE" = 1 ]; then
   . scripts/lib/stack.sh
   stack_require rabbitmq-server
-  BROKER_DIR="$(mktemp -d)"
-  BROKER_NODE="observability_$$@localhost"
-  STACK_AMQP_PORT="$(stack_free_port)"
+  RABBIT_DIR="$(mktemp -d)"
+  RABBIT_LOG_DIR="$RABBIT_DIR/log"
+  RABBIT_NODE="observability_$$@localhost"
+  RABBIT_PLUGINS=rabbitmq_prometheus
+  AMQP_PORT="$(stack_free_port)"
+  RABBIT_DIST_PORT="$(stack_free_port)"
   BROKER_METRICS="http://127.0.0.1:$(stack_free_port)"
-  STACK_RABBITMQCTL=(rabbitmqctl -n "$BROKER_NODE")
-  broker_env() {
-    env RABBITMQ_NODENAME="$BROKER_NODE" RABBITMQ_CONFIG_FILE="$BROKER_DIR/rabbitmq.conf" \
-      RABBITMQ_DIST_PORT="$(stack_free_port)" RABBITMQ_MNESIA_BASE="$BROKER_DIR/mnesia" \
-      RABBITMQ_LOG_BASE="$BROKER_DIR/log" RABBITMQ_ENABLED_PLUGINS_FILE="$BROKER_DIR/enabled_plugins" \
-      RABBITMQ_PID_FILE="$BROKER_DIR/pid" "$@"
-  }
+  RABBIT_CONF="prometheus.tcp.ip = 127.0.0.1
+prometheus.tcp.port = ${BROKER_METRICS##*:}"
+  . scripts/lib/rabbitmq_node.sh
+  STACK_AMQP_PORT="$AMQP_PORT"
+  STACK_RABBITMQCTL=(rabbitmqctl -n "$RABBIT_NODE")
   stop_all() {
     local status=$?
     stack_stop || true
-    rabbitmqctl -n "$BROKER_NODE" -q stop >/dev/null 2>&1 || true
-    rm -rf "$WORK" "$BROKER_DIR"
+    rabbitmqctl -n "$RABBIT_NODE" -q stop >/dev/null 2>&1 || true
+    rm -rf "$WORK" "$RABBIT_DIR"
     return "$status"
   }
   trap stop_all EXIT
@@ -84,16 +85,7 @@ if [ "$LIVE" = 1 ]; then
   stack_build
 
   log "a RabbitMQ node with rabbitmq_prometheus"
-  printf 'listeners.tcp.local = 127.0.0.1:%s\nprometheus.tcp.ip = 127.0.0.1\nprometheus.tcp.port = %s\n' \
-    "$STACK_AMQP_PORT" "${BROKER_METRICS##*:}" >"$BROKER_DIR/rabbitmq.conf"
-  echo "[rabbitmq_prometheus]." >"$BROKER_DIR/enabled_plugins"
-  [ "$(id -u)" = 0 ] && chown -R rabbitmq:rabbitmq "$BROKER_DIR"
-  broker_env rabbitmq-server -detached
-  for _ in $(seq 1 60); do
-    rabbitmqctl -n "$BROKER_NODE" -q status >/dev/null 2>&1 && break
-    sleep 1
-  done
-  rabbitmqctl -n "$BROKER_NODE" -q await_startup
+  start_rabbit
 
   log "metric names against the first scrape of both services and of the broker"
   stack_start observability
