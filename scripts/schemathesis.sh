@@ -17,75 +17,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MAX_TIME="${SCHEMATHESIS_MAX_TIME:-120}"
-TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-PROFILE=debug
-BUILD_FLAGS=()
-if [ "${RELEASE:-0}" = 1 ]; then PROFILE=release; BUILD_FLAGS=(--release); fi
-RUN="st_$(date +%s)_$$"
-ADMIN_TOKEN="schemathesis-$RUN"
-PG_SERVER="${TEST_DATABASE_SERVER:-postgres://postgres@127.0.0.1:5432}"
-REDIS_PREFIX="$RUN:"
-VHOST="$RUN"
-LOG_DIR="$TARGET_DIR/schemathesis"
 CHECKS=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
 
 log() { printf '\n==> %s\n' "$*"; }
 
-for tool in cargo curl psql redis-cli rabbitmqctl schemathesis; do
-  command -v "$tool" >/dev/null || { echo "error: $tool is needed" >&2; exit 1; }
-done
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-PIDS=()
-cleanup() {
-  local status=$?
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  for db in "t_${RUN}_orders" "t_${RUN}_inventory"; do
-    psql "$PG_SERVER/postgres" -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 || true
-  done
-  redis-cli --scan --pattern "$REDIS_PREFIX*" 2>/dev/null | xargs -r redis-cli del >/dev/null 2>&1 || true
-  rabbitmqctl -q delete_vhost "$VHOST" >/dev/null 2>&1 || true
-  exit "$status"
-}
-trap cleanup EXIT
+. scripts/lib/stack.sh
+stack_require schemathesis
+trap stack_stop EXIT
 trap 'exit 130' INT TERM
 
-log "build ($PROFILE)"
-cargo build "${BUILD_FLAGS[@]}" --locked -p order-service -p inventory-service --bins
+log "build"
+stack_build
 
-log "vhost $VHOST"
-rabbitmqctl -q add_vhost "$VHOST"
-rabbitmqctl -q set_permissions -p "$VHOST" guest '.*' '.*' '.*'
-AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$VHOST"
-
-mkdir -p "$LOG_DIR"
-ORDER_PORT="$(free_port)"
-INVENTORY_PORT="$(free_port)"
-ORDER_URL="http://127.0.0.1:$ORDER_PORT"
-INVENTORY_URL="http://127.0.0.1:$INVENTORY_PORT"
-
-start() { # name port database
-  local name=$1 port=$2 database=$3
-  env HTTP_ADDR="127.0.0.1:$port" DATABASE_URL="$PG_SERVER/$database" \
-    DATABASE_MAX_CONNECTIONS=10 REDIS_KEY_PREFIX="$REDIS_PREFIX" AMQP_URL="$AMQP_URL" \
-    ADMIN_TOKEN="$ADMIN_TOKEN" INVENTORY_URL="$INVENTORY_URL" RUST_LOG="${RUST_LOG:-warn}" \
-    "$TARGET_DIR/$PROFILE/$name" >"$LOG_DIR/$name.log" 2>&1 &
-  PIDS+=($!)
-}
-log "start both services (logs in $LOG_DIR)"
-start order-service "$ORDER_PORT" "t_${RUN}_orders"
-start inventory-service "$INVENTORY_PORT" "t_${RUN}_inventory"
-for url in "$ORDER_URL" "$INVENTORY_URL"; do
-  for _ in $(seq 1 120); do
-    curl -fs "$url/readyz" >/dev/null && break
-    sleep 0.5
-  done
-  curl -fsS "$url/readyz" >/dev/null || { echo "error: $url never became ready" >&2; tail -n 50 "$LOG_DIR"/*.log >&2; exit 1; }
-done
+log "start both services"
+stack_start schemathesis
+LOG_DIR="$STACK_LOG_DIR"
 
 # A few products, so reads and deductions also reach the paths where something exists.
 for id in 1 2 3; do

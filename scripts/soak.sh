@@ -61,24 +61,9 @@ start_redis() {
   for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return; sleep 0.1; done
   echo "private Redis did not start" >&2; return 1
 }
-rabbit_env() {
-  env RABBITMQ_NODENAME="$RABBIT_NODE" RABBITMQ_CONFIG_FILE="$work/rabbit/rabbitmq.conf" \
-    RABBITMQ_DIST_PORT="$((AMQP_PORT + 1))" RABBITMQ_MNESIA_BASE="$work/rabbit/mnesia" \
-    RABBITMQ_LOG_BASE="$out/rabbitmq" RABBITMQ_ENABLED_PLUGINS_FILE="$work/rabbit/enabled_plugins" \
-    RABBITMQ_PID_FILE="$work/rabbit/pid" "$@"
-}
-start_rabbit() {
-  mkdir -p "$work/rabbit" "$out/rabbitmq"
-  echo "listeners.tcp.local = 127.0.0.1:$AMQP_PORT" > "$work/rabbit/rabbitmq.conf"
-  echo "[]." > "$work/rabbit/enabled_plugins"
-  [ "$(id -u)" = 0 ] && chown -R rabbitmq:rabbitmq "$work/rabbit" "$out/rabbitmq"
-  rabbit_env rabbitmq-server -detached
-  for _ in $(seq 1 120); do
-    rabbitmqctl -n "$RABBIT_NODE" -q status >/dev/null 2>&1 && break
-    sleep 1
-  done
-  rabbitmqctl -n "$RABBIT_NODE" -q await_startup
-}
+RABBIT_DIR="$work/rabbit"
+RABBIT_LOG_DIR="$out/rabbitmq"
+. scripts/lib/rabbitmq_node.sh
 
 # ---------------------------------------------------------------- the services
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
