@@ -65,7 +65,7 @@ trap 'exit 130' INT TERM
 debian_mirror() {
   if [ -n "${DEBIAN_MIRROR:-}" ]; then echo "$DEBIAN_MIRROR"; return; fi
   # deb822 sources (URIs: ...) or one-line ones (deb URI suite ...): the first Debian archive.
-  cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
+  { cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true; } \
     | awk '$1 == "URIs:" || $1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/ && $i !~ /security/) { print $i; exit } }'
 }
 
@@ -148,7 +148,12 @@ ready() { # service port
   local service=$1 port=$2
   for _ in $(seq 1 120); do
     if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ]; then
-      echo "$service: /readyz 200 on port $port, running as uid $(podman exec "${RUN}_$service" id -u)"
+      # Read from the host: `podman exec` would need the rlimits the wrapper drops.
+      local pid uid
+      pid="$(podman inspect --format '{{.State.Pid}}' "${RUN}_$service")"
+      uid="$(stat -c %u "/proc/$pid")"
+      [ "$uid" = 10001 ] || { echo "error: $service runs as uid $uid, not 10001" >&2; exit 1; }
+      echo "$service: /readyz 200 on port $port, running as uid $uid"
       return
     fi
     sleep 0.5
