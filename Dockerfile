@@ -14,6 +14,12 @@
 # migrations/ are embedded into the binaries at compile time by `sqlx::migrate!`, and each
 # service creates its database and applies them when it starts, so the image ships no SQL.
 
+# The runtime stage's base. Where no registry is reachable, scripts/image-check.sh passes a Debian
+# base it made with debootstrap (--build-arg RUNTIME_BASE=...) and the host's release binaries in
+# place of the builder stage (--build-context builder=...); the rest is built as written. (An ARG
+# used in a FROM line must come before the first FROM.)
+ARG RUNTIME_BASE=debian:bookworm-slim
+
 # ---- build ---------------------------------------------------------------------------------------
 FROM rust:1-bookworm AS builder
 WORKDIR /src
@@ -29,7 +35,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     && cp target/release/order-service target/release/inventory-service /out/
 
 # ---- common runtime --------------------------------------------------------------------------------
-FROM debian:bookworm-slim AS runtime
+FROM ${RUNTIME_BASE} AS runtime
 # ca-certificates: for any TLS endpoint a deployment points the services at. No curl: the
 # compose healthchecks use bash's /dev/tcp instead, which keeps the image small. Unpinned on
 # purpose: certificates should be the distribution's current ones.

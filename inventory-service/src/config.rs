@@ -43,6 +43,9 @@ pub struct Config {
     /// `RATE_LIMIT_PER_SEC` (0: off, the default) and `RATE_LIMIT_BURST` (0 or unset: the
     /// rate), per client address.
     pub rate_limit: RateLimit,
+    /// `SHUTDOWN_DRAIN_SECS`: after a shutdown signal, how long `/readyz` answers 503 while the
+    /// service still serves, before the graceful shutdown. Default `0`.
+    pub shutdown_drain: Duration,
 }
 
 impl Default for Config {
@@ -62,6 +65,7 @@ impl Default for Config {
             request_timeout: Duration::from_secs(10),
             messaging: MessagingConfig::default(),
             rate_limit: RateLimit::default(),
+            shutdown_drain: Duration::ZERO,
         }
     }
 }
@@ -90,6 +94,7 @@ impl Config {
             request_timeout: config::positive_secs("REQUEST_TIMEOUT_SECS", 10)?,
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
+            shutdown_drain: platform::shutdown::drain_from_env()?,
         })
     }
 }

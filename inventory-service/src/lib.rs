@@ -6,7 +6,7 @@
 //! shutdown token fires and then drains.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::Context;
 use axum::Router;
@@ -18,6 +18,7 @@ use platform::http::health::Readiness;
 use platform::outbox::OutboxSignal;
 use platform::redis_health::{self, RedisHealth};
 use shared::keys::{self, RedisKeys};
+use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -42,8 +43,14 @@ pub use state::AppState;
 
 use crate::messaging::order_events::OrderEvents;
 
-/// The service's migrations, embedded.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/inventory-service");
+/// The service's migrations, embedded. During a rolling update an instance of the previous
+/// release may (re)start after a newer one migrated: migrations only expand what older code
+/// reads (README, "Rolling updates"), so the versions it does not know do not stop it.
+pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrator = sqlx::migrate!("../migrations/inventory-service");
+    migrator.set_ignore_missing(true);
+    migrator
+});
 
 /// Connects to PostgreSQL (creating and migrating the database) and prepares Redis (lazily:
 /// the service starts while Redis is down) and RabbitMQ (connected by the supervisor that
@@ -77,6 +84,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
             db: db.clone(),
             redis: redis.clone(),
             broker_up: broker.up(),
+            draining: CancellationToken::new(),
         },
         db,
         redis,
@@ -158,11 +166,14 @@ pub async fn serve(
 /// process of its own (to pause it, or to read metrics that are its alone).
 pub async fn run_from_env() -> anyhow::Result<()> {
     let config = Config::from_env()?;
-    let shutdown = platform::shutdown::on_signal();
     let listener = TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding HTTP_ADDR {}", config.http_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "inventory-service listening");
     let state = build_state(config).await?;
+    let shutdown = platform::shutdown::on_signal(
+        state.config.shutdown_drain,
+        state.readiness.draining.clone(),
+    );
     serve(state, listener, shutdown).await
 }

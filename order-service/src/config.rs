@@ -50,6 +50,9 @@ pub struct Config {
     pub messaging: MessagingConfig,
     /// `RATE_LIMIT_PER_SEC` (0: off) and `RATE_LIMIT_BURST` (0: the rate), per client address.
     pub rate_limit: RateLimit,
+    /// `SHUTDOWN_DRAIN_SECS`: after a shutdown signal, how long `/readyz` answers 503 while the
+    /// service still serves, before the graceful shutdown. Default 0.
+    pub shutdown_drain: Duration,
 }
 
 impl Config {
@@ -76,6 +79,7 @@ impl Config {
             intake_batch_max: env::at_least("INTAKE_BATCH_MAX", 64, 1)?,
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
+            shutdown_drain: platform::shutdown::drain_from_env()?,
         })
     }
 }

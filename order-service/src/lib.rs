@@ -18,7 +18,7 @@ pub mod signed_token;
 pub mod state;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::Context;
 use axum::Router;
@@ -28,6 +28,7 @@ use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::outbox::OutboxSignal;
 use shared::keys::{self, RedisKeys};
+use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -42,7 +43,14 @@ use crate::signed_token::{TokenSecret, TokenSigner};
 use crate::state::AppState;
 use platform::redis_health::{self, RedisHealth};
 
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/order-service");
+/// The service's migrations, embedded. During a rolling update an instance of the previous
+/// release may (re)start after a newer one migrated: migrations only expand what older code
+/// reads (README, "Rolling updates"), so the versions it does not know do not stop it.
+pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrator = sqlx::migrate!("../migrations/order-service");
+    migrator.set_ignore_missing(true);
+    migrator
+});
 
 /// Connects to everything the service needs (creating and migrating its database). Nothing
 /// runs in the background yet; `serve` starts the loops.
@@ -70,6 +78,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         db: db.clone(),
         redis: redis.clone(),
         broker_up: broker.up(),
+        draining: CancellationToken::new(),
     };
     Ok(AppState {
         intake: Intake::new(config.intake_batch_max),

@@ -9,5 +9,9 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.http_addr))?;
     let state = order_service::build_state(config).await?;
-    order_service::serve(state, listener, platform::shutdown::on_signal()).await
+    let shutdown = platform::shutdown::on_signal(
+        state.config.shutdown_drain,
+        state.readiness.draining.clone(),
+    );
+    order_service::serve(state, listener, shutdown).await
 }

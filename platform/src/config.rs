@@ -1,5 +1,6 @@
 //! Tiny helpers for reading configuration from the environment; errors name the variable.
 
+use std::ops::RangeInclusive;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -46,6 +47,23 @@ where
     let value = parsed(name, default)?;
     if value < min {
         bail!("environment variable {name}={value} is out of range: it must be at least {min}");
+    }
+    Ok(value)
+}
+
+/// The variable parsed as `T` and inside `range`, or `default` when it is unset or empty.
+pub fn within<T>(name: &str, default: T, range: RangeInclusive<T>) -> anyhow::Result<T>
+where
+    T: FromStr + PartialOrd + std::fmt::Display,
+    T::Err: std::fmt::Display,
+{
+    let value = parsed(name, default)?;
+    if !range.contains(&value) {
+        bail!(
+            "environment variable {name}={value} is out of range: it must be between {} and {}",
+            range.start(),
+            range.end()
+        );
     }
     Ok(value)
 }

@@ -465,3 +465,28 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// Waits up to `deadline` for `child` to exit and returns how it exited; fails the test if it
+/// still runs then.
+pub async fn exit_status(
+    child: &mut std::process::Child,
+    deadline: std::time::Duration,
+) -> std::process::ExitStatus {
+    eventually(deadline, || {
+        std::future::ready(child.try_wait().expect("wait for the binary"))
+    })
+    .await
+}
+
+/// Records in `pool`'s database a migration newer than any this build knows, as the next
+/// release applies one while instances of this release still run (a rolling update).
+pub async fn record_a_newer_migration(pool: &PgPool) {
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         SELECT max(version) + 1, 'from the next release', true, '\\x00'::bytea, 0 \
+         FROM _sqlx_migrations",
+    )
+    .execute(pool)
+    .await
+    .expect("record a newer migration");
+}

@@ -12,11 +12,11 @@ pub async fn healthz() -> Response {
     platform::http::health::healthz().await
 }
 
-/// Readiness: 200 only while PostgreSQL, Redis and RabbitMQ all answer.
+/// Readiness: 200 only while PostgreSQL, Redis and RabbitMQ all answer and no shutdown has begun.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Every backing system answers", body = Object, example = json!({"status": "ready"})),
-        (status = 503, description = "Some backing system is down; `detail` names it (`postgres`, `redis`, `rabbitmq`)",
+        (status = 503, description = "Some backing system is down (`detail` names it: `postgres`, `redis`, `rabbitmq`) or the service is shutting down (`detail`: `shutting down`)",
             body = shared::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {

@@ -17,5 +17,6 @@ mod operations;
 mod products;
 mod redis_hung;
 mod restock;
+mod rolling_update;
 mod settings;
 mod validation;

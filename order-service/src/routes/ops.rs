@@ -9,12 +9,12 @@ pub async fn healthz() -> Response {
     platform::http::health::healthz().await
 }
 
-/// Readiness: 200 only when PostgreSQL, Redis and RabbitMQ answer
+/// Readiness: 200 only when PostgreSQL, Redis and RabbitMQ answer and no shutdown has begun
 #[utoipa::path(
     get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready"),
-        (status = 503, description = "A dependency is down; `detail` names it", body = shared::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "A dependency is down (`detail` names it) or the service is shutting down", body = shared::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> Response {

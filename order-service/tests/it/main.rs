@@ -18,6 +18,7 @@ mod process;
 mod reconciliation;
 mod recovery;
 mod redis_hung;
+mod rolling_update;
 mod settings;
 mod strict_states;
 mod vacuum;

@@ -29,6 +29,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("RATE_LIMIT_BURST", "lots"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "http://127.0.0.1:5672"),
+    ("SHUTDOWN_DRAIN_SECS", "-1"),
+    ("SHUTDOWN_DRAIN_SECS", "301"),
+    ("SHUTDOWN_DRAIN_SECS", "five"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,4 +1,5 @@
-//! `GET /healthz` (the process runs) and `GET /readyz` (every backing system answers).
+//! `GET /healthz` (the process runs) and `GET /readyz` (every backing system answers and the
+//! service is not shutting down).
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use serde_json::json;
 use shared::Problem;
 use sqlx::PgPool;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// How long one dependency may take to answer a readiness probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -20,6 +22,9 @@ pub struct Readiness {
     pub redis: ConnectionManager,
     /// `true` while the broker connection is up; kept current by the broker supervisor.
     pub broker_up: watch::Receiver<bool>,
+    /// Cancelled when a shutdown signal arrives ([`crate::shutdown::on_signal`]): from then on
+    /// the instance is not ready, so load balancers stop sending it new work while it drains.
+    pub draining: CancellationToken,
 }
 
 impl std::fmt::Debug for Readiness {
@@ -59,16 +64,23 @@ impl Readiness {
     }
 
     pub async fn respond(&self) -> Response {
+        if self.draining.is_cancelled() {
+            return not_ready("shutting down".to_owned());
+        }
         let down = self.down().await;
         if down.is_empty() {
             return axum::Json(json!({"status": "ready"})).into_response();
         }
-        Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not-ready",
-            "Not ready",
-            format!("unreachable: {}", down.join(", ")),
-        )
-        .into_response()
+        not_ready(format!("unreachable: {}", down.join(", ")))
     }
+}
+
+fn not_ready(detail: String) -> Response {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not-ready",
+        "Not ready",
+        detail,
+    )
+    .into_response()
 }
