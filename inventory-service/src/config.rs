@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use platform::config::{self, MessagingConfig};
-use platform::http::RateLimit;
+use platform::http::{Cors, RateLimit};
 
 /// Everything the service reads from its environment, read once at start.
 #[derive(Debug, Clone)]
@@ -43,6 +43,13 @@ pub struct Config {
     /// `RATE_LIMIT_PER_SEC` (0: off, the default) and `RATE_LIMIT_BURST` (0 or unset: the
     /// rate), per client address.
     pub rate_limit: RateLimit,
+    /// `RESERVATIONS_REQUIRE_ADMIN` (`true`/`false`, default `false`): `GET /reservations/{id}`
+    /// answers only with the admin token. Turn it on wherever order-service has end-user
+    /// identity on: a reservation says what an order holds, and its reader cannot be told
+    /// from its owner here.
+    pub reservations_require_admin: bool,
+    /// `CORS_ALLOWED_ORIGINS`: origins a browser page may call the API from; unset: none.
+    pub cors: Cors,
 }
 
 impl Default for Config {
@@ -62,6 +69,8 @@ impl Default for Config {
             request_timeout: Duration::from_secs(10),
             messaging: MessagingConfig::default(),
             rate_limit: RateLimit::default(),
+            reservations_require_admin: false,
+            cors: Cors::default(),
         }
     }
 }
@@ -90,6 +99,11 @@ impl Config {
             request_timeout: config::positive_secs("REQUEST_TIMEOUT_SECS", 10)?,
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
+            reservations_require_admin: config::parsed(
+                "RESERVATIONS_REQUIRE_ADMIN",
+                defaults.reservations_require_admin,
+            )?,
+            cors: Cors::from_env()?,
         })
     }
 }
