@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use platform::config::{self as env, MessagingConfig};
-use platform::http::RateLimit;
+use platform::http::{Cors, RateLimit};
 
+use crate::auth::IdentityConfig;
 use crate::signed_token::TokenSecret;
 
 #[derive(Debug, Clone)]
@@ -50,6 +51,11 @@ pub struct Config {
     pub messaging: MessagingConfig,
     /// `RATE_LIMIT_PER_SEC` (0: off) and `RATE_LIMIT_BURST` (0: the rate), per client address.
     pub rate_limit: RateLimit,
+    /// `AUTH_JWT_SECRET` or `AUTH_JWKS_URL`, `AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`: end-user
+    /// identity from bearer JWTs. Unset (the default): off, every caller anonymous.
+    pub identity: IdentityConfig,
+    /// `CORS_ALLOWED_ORIGINS`: origins a browser page may call the API from; unset: none.
+    pub cors: Cors,
 }
 
 impl Config {
@@ -76,6 +82,8 @@ impl Config {
             intake_batch_max: env::at_least("INTAKE_BATCH_MAX", 64, 1)?,
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
+            identity: IdentityConfig::from_env()?,
+            cors: Cors::from_env()?,
         })
     }
 }
