@@ -25,7 +25,8 @@ pub struct ItemsOrder {
     /// Positive 64-bit integer. Required unless end-user identity is on; then it may be left
     /// out (the caller's is used) and must be the caller's.
     #[schema(minimum = 1, example = 1)]
-    user_id: Option<i64>,
+    #[serde(default)]
+    user_id: i64,
     /// 1 to 100 items, no product twice.
     #[schema(min_items = 1, max_items = 100)]
     items: Vec<ItemRequest>,
@@ -41,7 +42,8 @@ pub struct FlatOrder {
     /// Positive 64-bit integer. Required unless end-user identity is on; then it may be left
     /// out (the caller's is used) and must be the caller's.
     #[schema(minimum = 1, example = 1)]
-    user_id: Option<i64>,
+    #[serde(default)]
+    user_id: i64,
     #[schema(minimum = 1, example = 1001)]
     product_id: i64,
     /// 1 to 1,000,000.
