@@ -6,7 +6,7 @@
 //   VUS=50 DURATION=60s k6 run k6/create-orders.js
 //   RATE=600 VUS=50 k6 run k6/create-orders.js   # 600 iterations/s offered, whatever the answers
 //
-// Env: ORDER_URL, INVENTORY_URL, ADMIN_TOKEN (see k6/README.md), VUS (20 or 50; default 20),
+// Env: ORDER_URL, INVENTORY_URL, ADMIN_TOKEN, AUTH_JWT_SECRET (see k6/README.md), VUS (20 or 50; default 20),
 // DURATION (default 30s), P99_MS (threshold on the order POST's p99, default 1000), RATE
 // (unset: closed model, VUS loop as fast as they are answered; set: an open model at RATE
 // iterations/s with VUS pre-allocated and up to 4×VUS, the way ../shared/peers/k6/w1_create_orders.js
@@ -19,7 +19,8 @@
 import { check } from 'k6';
 import { Counter, Trend } from 'k6/metrics';
 import {
-  ORDER_URL, INVENTORY_URL, SUMMARY_TREND_STATS, durationSeconds, ensureProducts, placeOrder, summarize,
+  IDENTITY_ON, ORDER_URL, INVENTORY_URL, SUMMARY_TREND_STATS, durationSeconds, ensureProducts, placeOrder,
+  summarize,
 } from './lib/common.js';
 
 const VUS = parseInt(__ENV.VUS || '20', 10);
@@ -68,7 +69,9 @@ export function setup() {
 
 export default function () {
   const productId = 1 + Math.floor(Math.random() * PRODUCTS);
-  const userId = 1 + Math.floor(Math.random() * 100000);
+  // With identity on, each VU is one user with its own token (minted once, reused); off,
+  // orders spread over many user ids as before.
+  const userId = IDENTITY_ON ? __VU : 1 + Math.floor(Math.random() * 100000);
   const res = placeOrder(userId, productId, 1);
   const ok = check(res, { 'order accepted (202)': (r) => r !== null && r.status === 202 });
   if (res !== null) orderPost.add(res.timings.duration);
@@ -83,6 +86,7 @@ export function handleSummary(data) {
   const offered = RATE > 0 ? RATE * seconds : null;
   const report = {
     target: `${ORDER_URL} (inventory ${INVENTORY_URL})`,
+    identity: IDENTITY_ON ? 'on (HS256 bearer tokens)' : 'off',
     vus: VUS,
     rate: RATE || null,
     duration_s: seconds,

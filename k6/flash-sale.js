@@ -18,8 +18,8 @@ import http from 'k6/http';
 import { check, sleep } from 'k6';
 import { Counter, Gauge, Rate } from 'k6/metrics';
 import {
-  ORDER_URL, INVENTORY_URL, SUMMARY_TREND_STATS, createProduct, getProduct, listOrders, parseTime,
-  placeOrder, runId, summarize,
+  ADMIN_HEADERS, ORDER_URL, INVENTORY_URL, SUMMARY_TREND_STATS, createProduct, getProduct, listOrders, parseTime,
+  placeOrder, runId, summarize, userHeaders,
 } from './lib/common.js';
 
 const ORDERS = parseInt(__ENV.ORDERS || '2000', 10);
@@ -95,7 +95,7 @@ function verify(data) {
   const deadline = Date.now() + SETTLE_TIMEOUT_S * 1000;
   for (;;) {
     const res = http.get(`${ORDER_URL}/orders?user_id=${data.userId}&status=PENDING&limit=1`,
-      { tags: { name: 'GET /orders' } });
+      { headers: userHeaders(data.userId), tags: { name: 'GET /orders' } });
     if (res.status === 200 && res.json('items').length === 0) break;
     if (Date.now() > deadline) break;
     sleep(0.2);
@@ -134,7 +134,9 @@ function verify(data) {
   // Cross-check with inventory: each confirmed order holds an APPLIED reservation.
   let unapplied = 0;
   for (const o of orders.filter((x) => x.status === 'CONFIRMED')) {
-    const r = http.get(`${INVENTORY_URL}/reservations/${o.order_id}`, { tags: { name: 'GET /reservations/{id}' } });
+    // The admin token: inventory may keep reservations to it (RESERVATIONS_REQUIRE_ADMIN).
+    const r = http.get(`${INVENTORY_URL}/reservations/${o.order_id}`,
+      { headers: ADMIN_HEADERS, tags: { name: 'GET /reservations/{id}' } });
     if (r.status !== 200 || r.json('state') !== 'APPLIED') unapplied++;
   }
 

@@ -224,10 +224,17 @@ cat <<EOF
     curl -s $INVENTORY_URL/products/1001 | jq .stock
 EOF
 
+# With end-user identity on (AUTH_JWT_SECRET exported), the walkthrough runs as user 1.
+auth=()
+if [ -n "${AUTH_JWT_SECRET:-}" ]; then
+  auth=(-H "Authorization: Bearer $(scripts/mint-token.sh 1)")
+  echo "  identity is on: add -H \"Authorization: Bearer \$(scripts/mint-token.sh 1)\" to the order-service calls above"
+fi
+
 log "running the walkthrough once"
-token=$(curl -fsS -X POST "$ORDER_URL/idempotency-tokens" | jq -r .token)
+token=$(curl -fsS "${auth[@]}" -X POST "$ORDER_URL/idempotency-tokens" | jq -r .token)
 echo "token:  $token"
-created=$(curl -fsS -X POST "$ORDER_URL/orders" -H "Idempotency-Key: $token" \
+created=$(curl -fsS "${auth[@]}" -X POST "$ORDER_URL/orders" -H "Idempotency-Key: $token" \
   -H 'Content-Type: application/json' \
   -d '{"user_id": 1, "items": [{"product_id": 1001, "quantity": 1}], "amount": 10.0}')
 order_id=$(jq -r .order_id <<<"$created")
@@ -238,7 +245,7 @@ deadline=$((SECONDS + 30))
 order="$created"
 while [ "$(jq -r .status <<<"$order")" = PENDING ] && [ "$SECONDS" -lt "$deadline" ]; do
   sleep 0.2
-  order=$(curl -fsS "$ORDER_URL/orders/$order_id")
+  order=$(curl -fsS "${auth[@]}" "$ORDER_URL/orders/$order_id")
 done
 status=$(jq -r .status <<<"$order")
 jq . <<<"$order"
@@ -247,7 +254,7 @@ case "$status" in
     echo "stock of 1001 after the order: $(curl -fsS "$INVENTORY_URL/products/1001" | jq .stock)"
     # Cancelling gives the unit back, so running this script again and again does not drain
     # the demo stock.
-    cancelled=$(curl -fsS -X POST "$ORDER_URL/orders/$order_id/cancel")
+    cancelled=$(curl -fsS "${auth[@]}" -X POST "$ORDER_URL/orders/$order_id/cancel")
     echo "cancelled: $(jq -r .status <<<"$cancelled") (inventory releases the unit asynchronously)"
     ;;
   REJECTED)

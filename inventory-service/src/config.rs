@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use platform::config::{self, MessagingConfig};
-use platform::http::RateLimit;
+use platform::http::{Cors, RateLimit};
 
 /// Everything the service reads from its environment, read once at start.
 #[derive(Debug, Clone)]
@@ -46,6 +46,14 @@ pub struct Config {
     /// `SHUTDOWN_DRAIN_SECS`: after a shutdown signal, how long `/readyz` answers 503 while the
     /// service still serves, before the graceful shutdown. Default `0`.
     pub shutdown_drain: Duration,
+    /// `RESERVATIONS_REQUIRE_ADMIN` (`true`/`false`; default `true` when `AUTH_JWT_SECRET` or
+    /// `AUTH_JWKS_URL` is set here too, else `false`): `GET /reservations/{id}` answers only
+    /// with the admin token. Turn it on wherever order-service has end-user
+    /// identity on: a reservation says what an order holds, and its reader cannot be told
+    /// from its owner here.
+    pub reservations_require_admin: bool,
+    /// `CORS_ALLOWED_ORIGINS`: origins a browser page may call the API from; unset: none.
+    pub cors: Cors,
 }
 
 impl Default for Config {
@@ -66,6 +74,8 @@ impl Default for Config {
             messaging: MessagingConfig::default(),
             rate_limit: RateLimit::default(),
             shutdown_drain: Duration::ZERO,
+            reservations_require_admin: false,
+            cors: Cors::default(),
         }
     }
 }
@@ -95,6 +105,15 @@ impl Config {
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
             shutdown_drain: platform::shutdown::drain_from_env()?,
+            // A deployment that gives both services the same identity settings gets the
+            // contract's behaviour without a second switch.
+            reservations_require_admin: config::parsed(
+                "RESERVATIONS_REQUIRE_ADMIN",
+                ["AUTH_JWT_SECRET", "AUTH_JWKS_URL"]
+                    .iter()
+                    .any(|name| config::optional(name).is_some()),
+            )?,
+            cors: Cors::from_env()?,
         })
     }
 }

@@ -102,7 +102,8 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 /// fallbacks, body limit, timeout).
 pub fn build_app(state: AppState) -> Router {
     let (timeout, rate_limit) = (state.config.request_timeout, state.config.rate_limit);
-    platform::http::with_edge(routes::router(state), timeout, rate_limit)
+    let cors = state.config.cors.clone();
+    platform::http::with_edge(routes::router(state), timeout, rate_limit, &cors)
 }
 
 /// Serves `listener` and runs the background tasks (broker supervisor, outbox relay and

@@ -6,13 +6,24 @@
 
 import http from 'k6/http';
 import { fail } from 'k6';
+import crypto from 'k6/crypto';
+import encoding from 'k6/encoding';
 
 export const ORDER_URL = (__ENV.ORDER_URL || 'http://127.0.0.1:8080').replace(/\/+$/, '');
 export const INVENTORY_URL = (__ENV.INVENTORY_URL || 'http://127.0.0.1:8081').replace(/\/+$/, '');
 export const ADMIN_TOKEN = __ENV.ADMIN_TOKEN || 'dev-admin-token';
 
+// With end-user identity on in order-service, give k6 the same AUTH_JWT_SECRET (and
+// AUTH_JWT_ISSUER / AUTH_JWT_AUDIENCE when the service checks them): each user's requests then
+// carry an HS256 token minted here for that user. Unset: no Authorization header is sent.
+const AUTH_JWT_SECRET = __ENV.AUTH_JWT_SECRET || '';
+const AUTH_JWT_ISSUER = __ENV.AUTH_JWT_ISSUER || '';
+const AUTH_JWT_AUDIENCE = __ENV.AUTH_JWT_AUDIENCE || '';
+export const IDENTITY_ON = AUTH_JWT_SECRET !== '';
+const TOKEN_LIFETIME_S = 3600;
+
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
-const ADMIN_HEADERS = { 'Content-Type': 'application/json', Authorization: `Bearer ${ADMIN_TOKEN}` };
+export const ADMIN_HEADERS = { 'Content-Type': 'application/json', Authorization: `Bearer ${ADMIN_TOKEN}` };
 
 // Statuses that are answers, not failures, for http_req_failed (e.g. a 404 while checking
 // whether a product exists must not count against the error-rate threshold).
@@ -109,13 +120,44 @@ export function ensureProducts(first, last, createStock, minStock) {
   return { created, restocked };
 }
 
+function base64url(text) {
+  return encoding.b64encode(text, 'rawurl');
+}
+
+/** An HS256 JWT for `userId` (`sub` as a string, as order-service requires). */
+export function mintToken(userId) {
+  const now = Math.floor(Date.now() / 1000);
+  const claims = { sub: String(userId), iat: now, exp: now + TOKEN_LIFETIME_S };
+  if (AUTH_JWT_ISSUER) claims.iss = AUTH_JWT_ISSUER;
+  if (AUTH_JWT_AUDIENCE) claims.aud = AUTH_JWT_AUDIENCE;
+  const signed = `${base64url(JSON.stringify({ alg: 'HS256', typ: 'JWT' }))}.${base64url(JSON.stringify(claims))}`;
+  return `${signed}.${crypto.hmac('sha256', AUTH_JWT_SECRET, signed, 'base64rawurl')}`;
+}
+
+// Per VU (each VU has its own copy of this module): one token per user, minted again when
+// it has less than a tenth of its life left.
+const tokens = {};
+
+/** The headers that authenticate `userId` to order-service: none with identity off. */
+export function userHeaders(userId) {
+  if (!IDENTITY_ON) return {};
+  const now = Date.now() / 1000;
+  let held = tokens[userId];
+  if (!held || held.renewAt <= now) {
+    held = { jwt: mintToken(userId), renewAt: now + TOKEN_LIFETIME_S * 0.9 };
+    tokens[userId] = held;
+  }
+  return { Authorization: `Bearer ${held.jwt}` };
+}
+
 /**
  * One customer action: take an idempotency token, then create an order with it.
  * Returns the order POST's response (null when no token could be had).
  */
 export function placeOrder(userId, productId, quantity) {
+  const auth = userHeaders(userId);
   const tokenRes = http.post(`${ORDER_URL}/idempotency-tokens`, null,
-    { tags: { name: 'POST /idempotency-tokens' } });
+    { headers: auth, tags: { name: 'POST /idempotency-tokens' } });
   if (tokenRes.status !== 201) return null;
   const body = JSON.stringify({
     user_id: userId,
@@ -123,7 +165,7 @@ export function placeOrder(userId, productId, quantity) {
     amount: quantity * 10,
   });
   return http.post(`${ORDER_URL}/orders`, body, {
-    headers: { ...JSON_HEADERS, 'Idempotency-Key': tokenRes.json('token') },
+    headers: { ...JSON_HEADERS, ...auth, 'Idempotency-Key': tokenRes.json('token') },
     tags: { name: 'POST /orders' },
   });
 }
@@ -136,7 +178,7 @@ export function listOrders(userId, status) {
     let url = `${ORDER_URL}/orders?user_id=${userId}&limit=100`;
     if (status) url += `&status=${status}`;
     if (after) url += `&after=${encodeURIComponent(after)}`;
-    const res = http.get(url, { tags: { name: 'GET /orders' } });
+    const res = http.get(url, { headers: userHeaders(userId), tags: { name: 'GET /orders' } });
     if (res.status !== 200) fail(`listing orders answered ${res.status}: ${res.body}`);
     const page = res.json();
     orders.push(...page.items);

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use platform::config::{self as env, MessagingConfig};
-use platform::http::RateLimit;
+use platform::http::{Cors, RateLimit};
 
+use crate::auth::IdentityConfig;
 use crate::signed_token::TokenSecret;
 
 #[derive(Debug, Clone)]
@@ -53,6 +54,11 @@ pub struct Config {
     /// `SHUTDOWN_DRAIN_SECS`: after a shutdown signal, how long `/readyz` answers 503 while the
     /// service still serves, before the graceful shutdown. Default 0.
     pub shutdown_drain: Duration,
+    /// `AUTH_JWT_SECRET` or `AUTH_JWKS_URL`, `AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`: end-user
+    /// identity from bearer JWTs. Unset (the default): off, every caller anonymous.
+    pub identity: IdentityConfig,
+    /// `CORS_ALLOWED_ORIGINS`: origins a browser page may call the API from; unset: none.
+    pub cors: Cors,
 }
 
 impl Config {
@@ -80,6 +86,8 @@ impl Config {
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
             shutdown_drain: platform::shutdown::drain_from_env()?,
+            identity: IdentityConfig::from_env()?,
+            cors: Cors::from_env()?,
         })
     }
 }

@@ -20,6 +20,11 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("a request with this idempotency key is still in progress")]
     RequestInProgress,
+    #[error("this idempotency token was taken by another user")]
+    TokenOfAnotherUser,
+    /// The caller is known, and this is not theirs to ask for.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("order {0} was rejected; there is nothing to cancel")]
     NotCancellable(OrderId),
     #[error("a dependency is unavailable: {0}")]
@@ -75,6 +80,9 @@ impl ApiError {
                 "Request in progress",
                 "the first request with this token has not finished; retry after a moment",
             ),
+            Self::TokenOfAnotherUser | Self::Forbidden(_) => {
+                Problem::new(S::FORBIDDEN, "forbidden", "Forbidden", self.to_string())
+            }
             Self::NotCancellable(_) => Problem::new(
                 S::CONFLICT,
                 "order-not-cancellable",

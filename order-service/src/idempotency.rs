@@ -8,6 +8,12 @@
 //!   token again, and PostgreSQL's unique key decides if the dead one had committed after all;
 //! - `done:<json>` — the first response, kept for the token TTL for cheap replays.
 //!
+//! With end-user identity on, each state names the user who took the token (its taker):
+//! `issued:<user>`, `inflight:<fingerprint>@<user>:<ms>`, and `taker` in the response. A
+//! token is claimed only by its taker; anyone else is told whose state it is and refused. The
+//! taker is also committed with the outcome and signed into the token itself, so the binding
+//! outlives Redis's keys. Without identity the states are exactly the ones above.
+//!
 //! Redis is a cache of the truth here: the outcome is also committed in PostgreSQL with the
 //! order (see `db::idempotency`), which is what replays fall back on once Redis forgot.
 //! And a token proves by itself that it was issued here and until when
@@ -27,6 +33,7 @@ use platform::redis_health::{RedisCallError, RedisHealth};
 use redis::Script;
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
+use shared::ids::UserId;
 use shared::keys::RedisKeys;
 use uuid::Uuid;
 
@@ -39,23 +46,28 @@ pub const IN_FLIGHT_TTL: Duration = Duration::from_secs(30);
 /// make even a second try a rarity).
 const ISSUE_TRIES: usize = 4;
 
-/// Claims the tokens of a batch, in order, each keeping its expiry: `issued` (or a stale
-/// claim) becomes in flight for its request; any other state is returned as it is. `ARGV[1]`
-/// is the age of a stale claim; then each key `i` has its in-flight value at
-/// `ARGV[2i]` and, at `ARGV[2i+1]`, an expiry in unix ms or `''`: with an expiry, a token
-/// Redis does not know is claimed too, expiring then (the caller has checked the token was
-/// issued here and is unexpired; PostgreSQL's unique key settles whether it was used). Keys
-/// are handled in order inside one script, so a second request for a token in the same batch
-/// finds the first one's claim.
+/// Claims the tokens of a batch, in order, each keeping its expiry: the request taker's own
+/// `issued` state (or its own stale claim) becomes in flight for its request; any other state
+/// is returned as it is. `ARGV[1]` is the age of a stale claim; then each key `i` has its
+/// in-flight value at `ARGV[3i-1]`, at `ARGV[3i]` an expiry in unix ms or `''`, and at
+/// `ARGV[3i+1]` the `issued` state of the request's taker. With an expiry, a token Redis does
+/// not know is claimed too, expiring then (the caller has checked the token was issued here,
+/// to this taker, and is unexpired; PostgreSQL's unique key settles whether it was used).
+/// Keys are handled in order inside one script, so a second request for a token in the same
+/// batch finds the first one's claim.
 static CLAIM: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
     Script::new(
         r"
         local t = redis.call('TIME')
         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
         local out = {}
+        local function taker(inflight)
+            return string.match(inflight, '^inflight:[^:]*@(%d+)') or ''
+        end
         for i, key in ipairs(KEYS) do
-            local claim = ARGV[2 * i] .. ':' .. now
-            local recreate_until = ARGV[2 * i + 1]
+            local claim = ARGV[3 * i - 1] .. ':' .. now
+            local recreate_until = ARGV[3 * i]
+            local issued = ARGV[3 * i + 1]
             local v = redis.call('GET', key)
             if not v then
                 -- A forgotten token is claimed again only while it is alive: one that expired
@@ -71,8 +83,9 @@ static CLAIM: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
                 if string.sub(v, 1, 9) == 'inflight:' then
                     local claimed_at = tonumber(string.match(v, ':(%d+)$'))
                     stale = claimed_at ~= nil and now - claimed_at > tonumber(ARGV[1])
+                        and taker(v) == taker(ARGV[3 * i - 1])
                 end
-                if v == 'issued' or stale then
+                if v == issued or stale then
                     redis.call('SET', key, claim, 'KEEPTTL')
                     out[i] = 'claimed'
                 else
@@ -85,16 +98,16 @@ static CLAIM: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
     )
 });
 
-/// Gives tokens back (`issued`, expiry kept) if their requests still hold them: key `i`
-/// only while its value starts with `ARGV[i]`.
+/// Gives tokens back (`ARGV[2i]`, their taker's `issued` state, expiry kept) if their
+/// requests still hold them: key `i` only while its value starts with `ARGV[2i-1]`.
 static RELEASE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
     Script::new(
         r"
         for i, key in ipairs(KEYS) do
             local v = redis.call('GET', key)
-            local prefix = ARGV[i] .. ':'
+            local prefix = ARGV[2 * i - 1] .. ':'
             if v and string.sub(v, 1, string.len(prefix)) == prefix then
-                redis.call('SET', key, 'issued', 'KEEPTTL')
+                redis.call('SET', key, ARGV[2 * i], 'KEEPTTL')
             end
         end
         return 0
@@ -113,6 +126,25 @@ pub struct StoredResponse {
     pub order_id: Uuid,
     pub status: u16,
     pub body: String,
+    /// Who took the token (identity on); only they may have the response again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taker: Option<UserId>,
+}
+
+/// A token's `issued` state for `taker`.
+fn issued(taker: Option<UserId>) -> String {
+    match taker {
+        Some(user) => format!("{ISSUED}:{user}"),
+        None => ISSUED.to_owned(),
+    }
+}
+
+/// A request's in-flight value before its claim time: its fingerprint and its taker.
+fn in_flight(fingerprint: &str, taker: Option<UserId>) -> String {
+    match taker {
+        Some(user) => format!("{IN_FLIGHT}{fingerprint}@{user}"),
+        None => format!("{IN_FLIGHT}{fingerprint}"),
+    }
 }
 
 /// What claiming a token found.
@@ -122,8 +154,13 @@ pub enum Claim {
     Claimed,
     /// Never issued, expired, or forgotten by Redis: ask PostgreSQL.
     Unknown,
+    /// Issued, to another taker than the request's.
+    IssuedTo(Option<UserId>),
     /// Another request holds it.
-    InFlight { fingerprint: String },
+    InFlight {
+        fingerprint: String,
+        taker: Option<UserId>,
+    },
     /// Already used; here is the first response.
     Done(StoredResponse),
 }
@@ -168,22 +205,25 @@ impl TokenStore {
         self.health.is_down()
     }
 
-    /// The expiry of `token` if it was issued here and has not expired, whether or not
-    /// Redis still knows it.
-    pub fn live_expiry(&self, token: &Uuid) -> Option<DateTime<Utc>> {
-        self.signer.is_live(token, Utc::now())
+    /// The expiry of `token` if it was issued here to `taker` and has not expired, whether
+    /// or not Redis still knows it.
+    pub fn live_expiry(&self, token: &Uuid, taker: Option<UserId>) -> Option<DateTime<Utc>> {
+        self.signer.is_live(token, taker, Utc::now())
     }
 
-    /// Issues a new token; returns it with its expiry.
-    pub async fn issue(&self) -> Result<(Uuid, DateTime<Utc>), RedisCallError> {
+    /// Issues a new token to `taker` (`None` without identity); returns it with its expiry.
+    pub async fn issue(
+        &self,
+        taker: Option<UserId>,
+    ) -> Result<(Uuid, DateTime<Utc>), RedisCallError> {
         // Redis and the token carry the expiry in milliseconds: the same instant for both.
         let expires_at = (Utc::now() + self.ttl).trunc_subsecs(3);
         for _ in 0..ISSUE_TRIES {
-            let token = self.signer.mint(expires_at);
+            let token = self.signer.mint(expires_at, taker);
             let mut conn = self.redis.clone();
             let mut set = redis::cmd("SET");
             set.arg(self.keys.idempotency_token(&token))
-                .arg(ISSUED)
+                .arg(issued(taker))
                 .arg("PXAT")
                 .arg(expires_at.timestamp_millis())
                 .arg("NX");
@@ -216,12 +256,13 @@ impl TokenStore {
         for claim in claims {
             invocation
                 .key(self.keys.idempotency_token(claim.token))
-                .arg(format!("{IN_FLIGHT}{}", claim.fingerprint))
+                .arg(in_flight(claim.fingerprint, claim.taker))
                 .arg(
                     claim
                         .recreate_until
                         .map_or(String::new(), |at| at.timestamp_millis().to_string()),
-                );
+                )
+                .arg(issued(claim.taker));
         }
         let mut conn = self.redis.clone();
         let states: Vec<String> = self.health.call(invocation.invoke_async(&mut conn)).await?;
@@ -254,18 +295,19 @@ impl TokenStore {
         self.health.call(pipe.query_async::<()>(&mut conn)).await
     }
 
-    /// Gives tokens back (`issued`, original expiry kept) after a failure that created
-    /// nothing, so their clients can retry with them; each only if its request still holds
-    /// it. One round trip.
-    pub async fn release_all(&self, held: &[(Uuid, &str)]) -> Result<(), RedisCallError> {
+    /// Gives tokens back (`issued` to their takers, original expiry kept) after a failure
+    /// that created nothing, so their clients can retry with them; each only if its request
+    /// still holds it. One round trip.
+    pub async fn release_all(&self, held: &[Held<'_>]) -> Result<(), RedisCallError> {
         if held.is_empty() {
             return Ok(());
         }
         let mut invocation = RELEASE.prepare_invoke();
-        for (token, fingerprint) in held {
+        for held in held {
             invocation
-                .key(self.keys.idempotency_token(token))
-                .arg(format!("{IN_FLIGHT}{fingerprint}"));
+                .key(self.keys.idempotency_token(held.token))
+                .arg(in_flight(held.fingerprint, held.taker))
+                .arg(issued(held.taker));
         }
         let mut conn = self.redis.clone();
         self.health
@@ -284,20 +326,45 @@ pub struct ClaimRequest<'a> {
     /// The token's own expiry when it proves it was issued here and is unexpired: then a
     /// token Redis forgot is claimed again instead of being unknown.
     pub recreate_until: Option<DateTime<Utc>>,
+    /// The user the request comes from (`None` without identity).
+    pub taker: Option<UserId>,
+}
+
+/// A token a request holds in flight, to give back.
+#[derive(Debug, Clone, Copy)]
+pub struct Held<'a> {
+    pub token: &'a Uuid,
+    pub fingerprint: &'a str,
+    pub taker: Option<UserId>,
 }
 
 fn parse_state(state: &str) -> Claim {
     if state == "claimed" {
         Claim::Claimed
     } else if let Some(rest) = state.strip_prefix(IN_FLIGHT) {
-        let fingerprint = rest.split(':').next().unwrap_or_default().to_owned();
-        Claim::InFlight { fingerprint }
+        let claimant = rest.split(':').next().unwrap_or_default();
+        let (fingerprint, taker) = match claimant.split_once('@') {
+            Some((fingerprint, taker)) => (fingerprint, parse_taker(taker)),
+            None => (claimant, None),
+        };
+        Claim::InFlight {
+            fingerprint: fingerprint.to_owned(),
+            taker,
+        }
     } else if let Some(json) = state.strip_prefix(DONE) {
         serde_json::from_str(json).map_or(Claim::Unknown, Claim::Done)
+    } else if state == ISSUED {
+        Claim::IssuedTo(None)
+    } else if let Some(taker) = state.strip_prefix(ISSUED).and_then(|t| t.strip_prefix(':')) {
+        Claim::IssuedTo(parse_taker(taker))
     } else {
-        // '' (no key) or `issued` seen by a script that did not claim it.
+        // '' (no key).
         Claim::Unknown
     }
+}
+
+fn parse_taker(raw: &str) -> Option<UserId> {
+    raw.parse().ok().map(UserId)
 }
 
 #[cfg(test)]
@@ -311,14 +378,28 @@ mod tests {
         assert_eq!(
             parse_state("inflight:abc:123"),
             Claim::InFlight {
-                fingerprint: "abc".into()
+                fingerprint: "abc".into(),
+                taker: None,
             }
+        );
+        assert_eq!(
+            parse_state(&format!("{}:123", in_flight("abc", Some(UserId(7))))),
+            Claim::InFlight {
+                fingerprint: "abc".into(),
+                taker: Some(UserId(7)),
+            }
+        );
+        assert_eq!(parse_state(&issued(None)), Claim::IssuedTo(None));
+        assert_eq!(
+            parse_state(&issued(Some(UserId(7)))),
+            Claim::IssuedTo(Some(UserId(7)))
         );
         let done = StoredResponse {
             fingerprint: "f".into(),
             order_id: Uuid::nil(),
             status: 202,
             body: "{}".into(),
+            taker: Some(UserId(7)),
         };
         let raw = format!("done:{}", serde_json::to_string(&done).unwrap_or_default());
         assert_eq!(parse_state(&raw), Claim::Done(done));

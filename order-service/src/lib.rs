@@ -1,6 +1,7 @@
 //! order-service: takes orders exactly once per idempotency token, writes each with its
 //! `order.created` event in one transaction, and settles them from inventory's answers.
 
+pub mod auth;
 pub mod config;
 pub mod db;
 pub mod domain;
@@ -34,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use utoipa_swagger_ui::SwaggerUi;
 
+use crate::auth::Identity;
 use crate::config::Config;
 use crate::idempotency::TokenStore;
 use crate::intake::{Intake, Writer};
@@ -95,6 +97,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         broker,
         readiness,
         admin_token: AdminToken::new(config.admin_token.clone()),
+        identity: Identity::from_config(&config.identity).context("preparing identity")?,
         outbox: OutboxSignal::default(),
         config: Arc::new(config),
     })
@@ -103,11 +106,12 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 /// The HTTP API with its edge middleware, Swagger UI and OpenAPI document.
 pub fn build_app(state: AppState) -> Router {
     let (timeout, rate_limit) = (state.config.request_timeout, state.config.rate_limit);
+    let cors = state.config.cors.clone();
     let (router, spec) = openapi::split();
     let router = router
         .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
         .with_state(state);
-    platform::http::with_edge(router, timeout, rate_limit)
+    platform::http::with_edge(router, timeout, rate_limit, &cors)
 }
 
 /// Serves `listener` and runs the background loops until `shutdown`; then stops accepting,
@@ -138,6 +142,7 @@ pub async fn serve(
     );
     let reconcile = ReconcileSettings {
         inventory_url: config.inventory_url.clone(),
+        admin_token: config.admin_token.clone(),
         after: config.reconcile_after,
         every: config.reconcile_every,
         batch: 100,

@@ -22,12 +22,36 @@ use crate::state::AppState;
         crate::routes::OrderBody,
         platform::http::outbox_admin::OutboxStatus
     )),
-    modifiers(&AdminAuth)
+    modifiers(&AdminAuth, &BearerJwt)
 )]
 struct ApiDoc;
 
 /// Declares the admin bearer scheme that admin operations refer to.
 struct AdminAuth;
+
+/// Declares the end users' bearer JWT. Operations list it beside an empty requirement
+/// (`security: [{}, {"bearerJwt": []}]`): it is required only when identity is configured,
+/// so clients and tools work against a service running without it.
+struct BearerJwt;
+
+impl utoipa::Modify for BearerJwt {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearerJwt",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "An end user's JWT (`sub` = the user id), required when the service \
+                         runs with AUTH_JWT_SECRET or AUTH_JWKS_URL",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 impl utoipa::Modify for AdminAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {

@@ -1,6 +1,8 @@
 //! Creating an order exactly once per idempotency token (SPEC §4.1).
 //!
-//! 1. The request is validated first: a refused request does not use up its token.
+//! 1. The request is validated first: a refused request does not use up its token. With
+//!    identity on, a body without `user_id` orders for the caller, and one naming another
+//!    user is refused; the token's taker is the caller.
 //! 2. Everything the order's rows hold is prepared here, in the handler's task: its id, its
 //!    `order.created` event and the exact 202 body that is stored as the token's outcome.
 //! 3. The order joins the next intake batch ([`crate::intake`]), which claims its token in
@@ -17,8 +19,9 @@ use shared::ids::OrderId;
 use shared::keys;
 use uuid::Uuid;
 
+use crate::auth::Caller;
 use crate::db::placement::NewPlacement;
-use crate::domain::{CreateOrderRequest, NewOrder, fingerprint};
+use crate::domain::{CreateOrderRequest, NewOrder, fingerprint, new_order};
 use crate::error::ApiError;
 use crate::idempotency::StoredResponse;
 use crate::representation::Order;
@@ -49,17 +52,26 @@ pub fn parse_token(header: Option<&str>) -> Result<Uuid, ApiError> {
 
 pub async fn place(
     state: &AppState,
+    caller: Caller,
     token: Uuid,
     body: &Bytes,
     trace: &TraceContext,
 ) -> Result<Placed, ApiError> {
-    let document: serde_json::Value = platform::http::extract::parse(body)?;
+    let mut document: serde_json::Value = platform::http::extract::parse(body)?;
+    if let Some(user) = caller.0 {
+        new_order::default_user(&mut document, user);
+    }
     let request: CreateOrderRequest = serde_json::from_value(document.clone())
         .map_err(|e| ApiError::Validation(e.to_string()))?;
     let order = NewOrder::parse(request).map_err(ApiError::Validation)?;
+    if caller.0.is_some_and(|user| user != order.user_id) {
+        return Err(ApiError::Forbidden(
+            "user_id names another user: leave it out to order as yourself".into(),
+        ));
+    }
     let placement = Placement {
-        row: prepare(token, order, fingerprint::of_json(&document), trace)?,
-        recreate_until: state.tokens.live_expiry(&token),
+        row: prepare(token, order, fingerprint::of_json(&document), caller, trace)?,
+        recreate_until: state.tokens.live_expiry(&token, caller.0),
     };
     state.intake.submit(placement).await
 }
@@ -69,6 +81,7 @@ fn prepare(
     token: Uuid,
     order: NewOrder,
     fingerprint: String,
+    caller: Caller,
     trace: &TraceContext,
 ) -> Result<NewPlacement, ApiError> {
     let order_id = OrderId::new();
@@ -81,6 +94,7 @@ fn prepare(
         order_id: order_id.0,
         status: 202,
         body,
+        taker: caller.0,
     };
     let event = Envelope::new(OrderEvent::Created(OrderCreated {
         order_id,

@@ -7,7 +7,11 @@
 //! | --- | --- |
 //! | 0..6 | expiry, unix milliseconds, big-endian (48 bits: good until the year 10889) |
 //! | 6..11 | random, except the version nibble (`8`) and the variant bits (`10`): 34 bits |
-//! | 11..16 | the first 40 bits of HMAC-SHA256 over bytes 0..11 under the instances' secret |
+//! | 11..16 | the first 40 bits of HMAC-SHA256 over bytes 0..11 (and the taker) under the instances' secret |
+//!
+//! With end-user identity on, the MAC also covers the user who took the token, so a token
+//! Redis forgot proves whose it is: presented by anyone else it is not recognised, and cannot
+//! be claimed again in their name. Without identity the MAC is what it always was.
 //!
 //! The random bits keep tokens with the same expiry apart; a collision is also refused by
 //! the `NX` with which a token is stored. 40 bits of MAC leave a forger one chance in 10^12
@@ -17,11 +21,14 @@
 use chrono::{DateTime, Utc};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use shared::ids::UserId;
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 /// Separates this MAC from any other use of the same secret.
 const CONTEXT: &[u8] = b"order-service idempotency token v8\0";
+/// Separates the taker's bytes from the token's in the MAC's input.
+const TAKER: &[u8] = b"\0taker";
 const MAC_BYTES: usize = 5;
 const SIGNED_BYTES: usize = 16 - MAC_BYTES;
 
@@ -64,27 +71,28 @@ impl TokenSigner {
         Self { secret }
     }
 
-    /// A new token that expires at `expires_at` (kept to the millisecond).
-    pub fn mint(&self, expires_at: DateTime<Utc>) -> Uuid {
+    /// A new token for `taker` (`None` without identity) that expires at `expires_at` (kept
+    /// to the millisecond).
+    pub fn mint(&self, expires_at: DateTime<Utc>, taker: Option<UserId>) -> Uuid {
         let mut bytes = [0u8; 16];
         let millis = u64::try_from(expires_at.timestamp_millis()).unwrap_or_default();
         bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
         rand::rng().fill_bytes(&mut bytes[6..SIGNED_BYTES]);
         bytes[6] = (bytes[6] & 0x0f) | 0x80;
         bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        let mac = self.mac(&bytes[..SIGNED_BYTES]);
+        let mac = self.mac(&bytes[..SIGNED_BYTES], taker);
         bytes[SIGNED_BYTES..].copy_from_slice(&mac[..MAC_BYTES]);
         Uuid::from_bytes(bytes)
     }
 
-    /// The expiry of a token this secret minted; `None` for any other UUID (another
-    /// version, a wrong MAC).
-    pub fn expiry(&self, token: &Uuid) -> Option<DateTime<Utc>> {
+    /// The expiry of a token this secret minted for `taker`; `None` for any other UUID
+    /// (another version, a wrong MAC, another taker's token).
+    pub fn expiry(&self, token: &Uuid, taker: Option<UserId>) -> Option<DateTime<Utc>> {
         let bytes = token.as_bytes();
         if token.get_version_num() != 8 || token.get_variant() != uuid::Variant::RFC4122 {
             return None;
         }
-        let mac = self.mac(&bytes[..SIGNED_BYTES]);
+        let mac = self.mac(&bytes[..SIGNED_BYTES], taker);
         if !bool::from(mac[..MAC_BYTES].ct_eq(&bytes[SIGNED_BYTES..])) {
             return None;
         }
@@ -93,15 +101,24 @@ impl TokenSigner {
         DateTime::from_timestamp_millis(i64::try_from(u64::from_be_bytes(millis)).ok()?)
     }
 
-    /// Whether `token` was minted here and has not expired at `now`.
-    pub fn is_live(&self, token: &Uuid, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.expiry(token).filter(|expiry| *expiry > now)
+    /// Whether `token` was minted here for `taker` and has not expired at `now`.
+    pub fn is_live(
+        &self,
+        token: &Uuid,
+        taker: Option<UserId>,
+        now: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        self.expiry(token, taker).filter(|expiry| *expiry > now)
     }
 
-    fn mac(&self, signed: &[u8]) -> [u8; 32] {
-        let mut message = Vec::with_capacity(CONTEXT.len() + signed.len());
+    fn mac(&self, signed: &[u8], taker: Option<UserId>) -> [u8; 32] {
+        let mut message = Vec::with_capacity(CONTEXT.len() + signed.len() + TAKER.len() + 8);
         message.extend_from_slice(CONTEXT);
         message.extend_from_slice(signed);
+        if let Some(taker) = taker {
+            message.extend_from_slice(TAKER);
+            message.extend_from_slice(&taker.0.to_be_bytes());
+        }
         hmac_sha256(self.secret.as_bytes(), &message)
     }
 }
@@ -150,12 +167,12 @@ mod tests {
     fn a_minted_token_is_a_v8_uuid_carrying_its_expiry() {
         let signer = TokenSigner::new(TokenSecret::generate());
         let expires_at = DateTime::from_timestamp_millis(1_900_000_000_123).expect("a date");
-        let token = signer.mint(expires_at);
+        let token = signer.mint(expires_at, None);
         assert_eq!(token.get_version_num(), 8);
         assert_eq!(token.get_variant(), uuid::Variant::RFC4122);
-        assert_eq!(signer.expiry(&token), Some(expires_at));
+        assert_eq!(signer.expiry(&token, None), Some(expires_at));
         assert_ne!(
-            signer.mint(expires_at),
+            signer.mint(expires_at, None),
             token,
             "random bits tell them apart"
         );
@@ -165,23 +182,35 @@ mod tests {
     fn other_secrets_other_versions_and_altered_tokens_are_not_ours() {
         let signer = TokenSigner::new(TokenSecret::new(*b"one secret of the instances....."));
         let now = Utc::now();
-        let token = signer.mint(now + Duration::hours(1));
-        assert!(signer.is_live(&token, now).is_some());
+        let token = signer.mint(now + Duration::hours(1), None);
+        assert!(signer.is_live(&token, None, now).is_some());
         let other = TokenSigner::new(TokenSecret::new(*b"another secret.................."));
-        assert_eq!(other.expiry(&token), None);
-        assert_eq!(signer.expiry(&Uuid::new_v4()), None);
+        assert_eq!(other.expiry(&token, None), None);
+        assert_eq!(signer.expiry(&Uuid::new_v4(), None), None);
         let mut altered = *token.as_bytes();
         altered[0] ^= 1; // a later expiry, say
-        assert_eq!(signer.expiry(&Uuid::from_bytes(altered)), None);
+        assert_eq!(signer.expiry(&Uuid::from_bytes(altered), None), None);
+    }
+
+    #[test]
+    fn a_token_proves_its_taker_and_is_nobody_elses() {
+        let signer = TokenSigner::new(TokenSecret::generate());
+        let now = Utc::now();
+        let token = signer.mint(now + Duration::hours(1), Some(UserId(7)));
+        assert!(signer.is_live(&token, Some(UserId(7)), now).is_some());
+        assert_eq!(signer.is_live(&token, Some(UserId(8)), now), None);
+        assert_eq!(signer.is_live(&token, None, now), None);
+        let anonymous = signer.mint(now + Duration::hours(1), None);
+        assert_eq!(signer.is_live(&anonymous, Some(UserId(7)), now), None);
     }
 
     #[test]
     fn an_expired_token_is_not_live() {
         let signer = TokenSigner::new(TokenSecret::generate());
         let now = Utc::now();
-        let token = signer.mint(now - Duration::seconds(1));
-        assert!(signer.expiry(&token).is_some());
-        assert_eq!(signer.is_live(&token, now), None);
+        let token = signer.mint(now - Duration::seconds(1), None);
+        assert!(signer.expiry(&token, None).is_some());
+        assert_eq!(signer.is_live(&token, None, now), None);
     }
 
     #[test]

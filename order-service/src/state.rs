@@ -12,6 +12,7 @@ use platform::redis_health::RedisHealth;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
+use crate::auth::Identity;
 use crate::config::Config;
 use crate::idempotency::TokenStore;
 use crate::intake::Intake;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub broker: Broker,
     pub readiness: Readiness,
     pub admin_token: AdminToken,
+    /// Verifies end users' tokens when identity is on.
+    pub identity: Identity,
     /// Wakes the outbox relay after a commit that wrote outbox rows.
     pub outbox: OutboxSignal,
     pub config: Arc<Config>,

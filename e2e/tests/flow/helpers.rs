@@ -41,6 +41,10 @@ pub struct Stack {
     pub order_db: TestDatabase,
     pub inventory_db: TestDatabase,
     pub client: reqwest::Client,
+    /// Sent as `Authorization: Bearer` to order-service (identity on).
+    pub bearer: Option<String>,
+    /// Inventory keeps reservations to the admin token (set before it starts).
+    pub reservations_require_admin: bool,
     inventory_prefix: String,
     inventory_addr: std::net::SocketAddr,
     /// Held for the whole test, so no other test can take inventory's port while it is
@@ -89,6 +93,8 @@ impl Stack {
             messaging: Default::default(),
             rate_limit: Default::default(),
             shutdown_drain: Duration::ZERO,
+            identity: Default::default(),
+            cors: Default::default(),
         };
         configure_orders(&mut order_config);
         let orders = start_orders(order_config).await;
@@ -99,6 +105,8 @@ impl Stack {
             order_db,
             inventory_db,
             client: reqwest::Client::new(),
+            bearer: None,
+            reservations_require_admin: false,
             inventory_prefix: testing::redis_prefix(),
             inventory_addr,
             inventory_listener,
@@ -120,6 +128,7 @@ impl Stack {
             admin_token: Some(ADMIN.into()),
             lock_wait: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
+            reservations_require_admin: self.reservations_require_admin,
             ..Default::default()
         };
         let state = inventory_service::build_state(config.clone())
@@ -152,6 +161,15 @@ impl Stack {
 
     pub fn order_url(&self, path: &str) -> String {
         format!("{}{path}", self.orders.base)
+    }
+
+    /// A request to order-service, as the stack's user when it has one.
+    pub fn to_orders(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.client.request(method, self.order_url(path));
+        match &self.bearer {
+            Some(bearer) => request.bearer_auth(bearer),
+            None => request,
+        }
     }
 
     pub fn inventory_url(&self, path: &str) -> String {
@@ -195,8 +213,7 @@ impl Stack {
     /// [`Stack::place`], optionally continuing the client's W3C `traceparent`.
     pub async fn place_with_trace(&self, items: Value, traceparent: Option<&str>) -> Value {
         let token: Value = self
-            .client
-            .post(self.order_url("/idempotency-tokens"))
+            .to_orders(reqwest::Method::POST, "/idempotency-tokens")
             .send()
             .await
             .expect("token")
@@ -204,8 +221,7 @@ impl Stack {
             .await
             .expect("json");
         let mut request = self
-            .client
-            .post(self.order_url("/orders"))
+            .to_orders(reqwest::Method::POST, "/orders")
             .header("Idempotency-Key", token["token"].as_str().expect("token"))
             .json(&json!({"user_id": 1, "items": items, "amount": "9.99"}));
         if let Some(traceparent) = traceparent {
@@ -217,8 +233,7 @@ impl Stack {
     }
 
     pub async fn order(&self, order_id: &str) -> Value {
-        self.client
-            .get(self.order_url(&format!("/orders/{order_id}")))
+        self.to_orders(reqwest::Method::GET, &format!("/orders/{order_id}"))
             .send()
             .await
             .expect("get order")
@@ -238,8 +253,7 @@ impl Stack {
 
     pub async fn cancel(&self, order_id: &str) -> Value {
         let response = self
-            .client
-            .post(self.order_url(&format!("/orders/{order_id}/cancel")))
+            .to_orders(reqwest::Method::POST, &format!("/orders/{order_id}/cancel"))
             .send()
             .await
             .expect("cancel");
@@ -248,12 +262,13 @@ impl Stack {
     }
 
     pub async fn reservation(&self, order_id: &str) -> Option<Value> {
-        let response = self
+        let mut request = self
             .client
-            .get(self.inventory_url(&format!("/reservations/{order_id}")))
-            .send()
-            .await
-            .expect("reservation");
+            .get(self.inventory_url(&format!("/reservations/{order_id}")));
+        if self.reservations_require_admin {
+            request = request.bearer_auth(ADMIN);
+        }
+        let response = request.send().await.expect("reservation");
         match response.status() {
             StatusCode::OK => Some(response.json().await.expect("json")),
             _ => None,

@@ -3,6 +3,7 @@
 
 mod flash_sale;
 mod helpers;
+mod identity;
 mod inventory_process;
 mod lost_cancellation;
 mod outages;

@@ -1,7 +1,10 @@
 //! `GET /reservations/{order_id}`: what inventory did with an order's stock (reconciliation
-//! asks this when an order has waited too long).
+//! asks this when an order has waited too long). With `RESERVATIONS_REQUIRE_ADMIN` it needs
+//! the admin token: once end users are told apart, nobody else may read their orders' stock.
 
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use platform::http::{Json, Path};
 use serde::Serialize;
@@ -31,17 +34,27 @@ pub struct ReservationView {
     pub updated_at: DateTime<Utc>,
 }
 
-/// Read an order's reservation.
+/// Read an order's reservation
+///
+/// Open, unless the service runs with `RESERVATIONS_REQUIRE_ADMIN=true` (with end-user
+/// identity on): then only the admin token may read it.
 #[utoipa::path(get, path = "/reservations/{order_id}", tag = "reservations", operation_id = "get_reservation",
     params(("order_id" = Uuid, Path, description = "The order's id")),
+    security((), ("admin_token" = [])),
     responses(
         (status = 200, description = "What happened to the order's stock", body = ReservationView),
+        (status = 401, description = "`unauthorized`: the admin token is required here and was missing or wrong", body = shared::Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "`Bearer realm=\"admin\"`"))),
         (status = 404, description = "`not-found`: no event of this order was ever seen", body = shared::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn get(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(order_id): Path<Uuid>,
-) -> Result<Json<ReservationView>, ApiError> {
+) -> Result<Response, ApiError> {
+    if state.config.reservations_require_admin && !state.admin_token.admits(&headers) {
+        return Ok(platform::http::admin::unauthorized());
+    }
     let order_id = OrderId(order_id);
     let reservation = db::reservations::find(&mut *state.db.acquire().await?, order_id)
         .await?
@@ -52,5 +65,6 @@ pub async fn get(
         items: reservation.items,
         rejection_reason: reservation.rejection_reason,
         updated_at: reservation.updated_at,
-    }))
+    })
+    .into_response())
 }

@@ -134,3 +134,83 @@ async fn the_bearer_scheme_is_case_insensitive() {
         assert_eq!(response.status(), 201, "{scheme}");
     }
 }
+
+#[tokio::test]
+async fn with_reservations_require_admin_reading_a_reservation_needs_the_admin_token() {
+    let path = "/reservations/0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80";
+    let open = TestApp::spawn().await;
+    let response = open
+        .anonymous
+        .get(open.url(path))
+        .send()
+        .await
+        .expect("GET");
+    assert_problem(response, 404, "not-found").await;
+
+    let closed = TestApp::spawn_with(|c| c.reservations_require_admin = true).await;
+    for credential in [None, Some("Bearer wrong-token"), Some("Basic dXNlcjpwdw==")] {
+        let mut request = closed.anonymous.get(closed.url(path));
+        if let Some(value) = credential {
+            request = request.header("Authorization", value);
+        }
+        let response = request.send().await.expect("GET");
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(challenge, "Bearer realm=\"admin\"", "{credential:?}");
+        assert_problem(response, 401, "unauthorized").await;
+    }
+    // With the token it answers as before: this order was never seen.
+    let response = closed
+        .admin
+        .get(closed.url(path))
+        .send()
+        .await
+        .expect("GET");
+    assert_problem(response, 404, "not-found").await;
+}
+
+/// The real binary given the identity setting order-service reads closes reservations by
+/// itself: both services can be handed the same environment.
+#[tokio::test]
+async fn the_binary_closes_reservations_when_it_sees_the_identity_setting() {
+    use platform::testing::{self, KilledOnDrop, TestDatabase, TestVhost, eventually};
+
+    let path = "/reservations/0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80";
+    let db = TestDatabase::create("inventory_identity_env", &inventory_service::MIGRATOR).await;
+    let vhost = TestVhost::create();
+    let port = testing::free_port();
+    let _child = KilledOnDrop(
+        testing::service_command(
+            env!("CARGO_BIN_EXE_inventory-service"),
+            &db.url,
+            &vhost.url,
+            &testing::redis_prefix(),
+        )
+        .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .env("ADMIN_TOKEN", ADMIN_TOKEN)
+        .env(
+            "AUTH_JWT_SECRET",
+            "a secret of at least thirty-two bytes, shared",
+        )
+        .spawn()
+        .expect("start the binary"),
+    );
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let anonymous = eventually(std::time::Duration::from_secs(30), || async {
+        client.get(&url).send().await.ok()
+    })
+    .await;
+    assert_problem(anonymous, 401, "unauthorized").await;
+    let admin = client
+        .get(&url)
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("GET");
+    assert_problem(admin, 404, "not-found").await;
+}

@@ -19,6 +19,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("REDIS_TIMEOUT_MS", "0"),
     ("RATE_LIMIT_PER_SEC", "-1"),
     ("RATE_LIMIT_BURST", "lots"),
+    ("RESERVATIONS_REQUIRE_ADMIN", "yes"),
+    ("CORS_ALLOWED_ORIGINS", "https://shop.example/"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "not a url"),
     ("SHUTDOWN_DRAIN_SECS", "-1"),

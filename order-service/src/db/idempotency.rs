@@ -1,12 +1,23 @@
-//! `idempotency_keys`: the durable outcome of each used token, written in the order's
-//! transaction. Its primary key is the last line of defence against a second order.
+//! `idempotency_keys`: the durable outcome of each used token and who took it, written in the
+//! order's transaction. Its primary key is the last line of defence against a second order.
 
 use std::collections::HashMap;
 
+use shared::ids::UserId;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::idempotency::StoredResponse;
+
+#[derive(sqlx::FromRow)]
+struct OutcomeRow {
+    token: Uuid,
+    fingerprint: String,
+    order_id: Uuid,
+    response_status: i16,
+    response_body: Vec<u8>,
+    taker: Option<i64>,
+}
 
 /// The stored outcomes of those of `tokens` that have one, in one query.
 pub async fn find_all(
@@ -16,8 +27,8 @@ pub async fn find_all(
     if tokens.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows: Vec<(Uuid, String, Uuid, i16, Vec<u8>)> = sqlx::query_as(
-        "SELECT token, fingerprint, order_id, response_status, response_body \
+    let rows: Vec<OutcomeRow> = sqlx::query_as(
+        "SELECT token, fingerprint, order_id, response_status, response_body, taker \
          FROM idempotency_keys WHERE token = ANY($1)",
     )
     .bind(tokens)
@@ -25,14 +36,15 @@ pub async fn find_all(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(token, fingerprint, order_id, status, body)| {
+        .map(|row| {
             let response = StoredResponse {
-                fingerprint,
-                order_id,
-                status: u16::try_from(status).unwrap_or_default(),
-                body: String::from_utf8_lossy(&body).into_owned(),
+                fingerprint: row.fingerprint,
+                order_id: row.order_id,
+                status: u16::try_from(row.response_status).unwrap_or_default(),
+                body: String::from_utf8_lossy(&row.response_body).into_owned(),
+                taker: row.taker.map(UserId),
             };
-            (token, response)
+            (row.token, response)
         })
         .collect())
 }

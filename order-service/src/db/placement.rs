@@ -1,5 +1,6 @@
-//! The statement that places a batch of orders: their order rows, their tokens' outcomes and
-//! their `order.created` outbox rows, written by one `INSERT … WITH` statement.
+//! The statement that places a batch of orders: their order rows, their tokens' outcomes (with
+//! their takers) and their `order.created` outbox rows, written by one `INSERT … WITH`
+//! statement.
 //!
 //! One statement is one transaction in PostgreSQL, so every row of the batch commits together,
 //! in one round trip and one WAL flush, however many orders it holds: this is the group
@@ -51,6 +52,7 @@ struct Columns {
     fingerprint: Vec<String>,
     status: Vec<i16>,
     body: Vec<Vec<u8>>,
+    taker: Vec<Option<i64>>,
     event_id: Vec<Uuid>,
     exchange: Vec<String>,
     routing_key: Vec<&'static str>,
@@ -72,6 +74,7 @@ impl Columns {
             c.status
                 .push(i16::try_from(p.response.status).unwrap_or(i16::MAX));
             c.body.push(p.response.body.clone().into_bytes());
+            c.taker.push(p.response.taker.map(|t| t.0));
             c.event_id.push(p.event.event_id);
             c.exchange.push(p.event.exchange.clone());
             c.routing_key.push(p.event.routing_key);
@@ -97,13 +100,13 @@ pub async fn insert_batch(
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::jsonb[], $4::numeric[], \
                                   $5::timestamptz[], $6::uuid[], $7::text[], $8::int2[], \
                                   $9::bytea[], $10::uuid[], $11::text[], $12::text[], \
-                                  $13::jsonb[], $14::jsonb[]) WITH ORDINALITY \
+                                  $13::jsonb[], $14::jsonb[], $15::int8[]) WITH ORDINALITY \
                  AS t(order_id, user_id, items, amount, created_at, token, fingerprint, \
                       response_status, response_body, event_id, exchange, routing_key, \
-                      payload, headers, arrival) \
+                      payload, headers, taker, arrival) \
          ), outcome AS ( \
-             INSERT INTO idempotency_keys (token, fingerprint, order_id, response_status, response_body) \
-             SELECT token, fingerprint, order_id, response_status, response_body \
+             INSERT INTO idempotency_keys (token, fingerprint, order_id, response_status, response_body, taker) \
+             SELECT token, fingerprint, order_id, response_status, response_body, taker \
              FROM input ORDER BY token \
              ON CONFLICT (token) DO NOTHING \
              RETURNING token, order_id \
@@ -133,6 +136,7 @@ pub async fn insert_batch(
     .bind(c.routing_key)
     .bind(c.payload)
     .bind(c.headers)
+    .bind(c.taker)
     .fetch_all(conn)
     .await
 }

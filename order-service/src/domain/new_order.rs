@@ -2,6 +2,7 @@
 
 use rust_decimal::Decimal;
 use serde::Deserialize;
+use serde_json::Value;
 use shared::events::LineItem;
 use shared::ids::UserId;
 use utoipa::ToSchema;
@@ -49,6 +50,18 @@ pub struct NewOrder {
     pub user_id: UserId,
     pub items: Vec<LineItem>,
     pub amount: Decimal,
+}
+
+/// With identity on, a body that leaves `user_id` out orders for the caller. It is filled in
+/// before anything reads the body, so the request is the same as one naming the caller: the
+/// same rules, the same idempotency fingerprint. Anything but an object is left for the
+/// parser to refuse.
+pub fn default_user(document: &mut Value, caller: UserId) {
+    if let Value::Object(fields) = document {
+        fields
+            .entry("user_id")
+            .or_insert_with(|| Value::from(caller.0));
+    }
 }
 
 impl NewOrder {
@@ -100,6 +113,22 @@ mod tests {
         let flat = parse(json!({"user_id": 1, "product_id": 1001, "quantity": 2, "amount": "200"}));
         assert_eq!(canonical, flat);
         assert!(canonical.is_ok());
+    }
+
+    #[test]
+    fn a_missing_user_id_becomes_the_callers_and_a_given_one_stays() {
+        let mut omitted = json!({"items": [{"product_id": 1, "quantity": 1}], "amount": 1});
+        default_user(&mut omitted, UserId(7));
+        assert_eq!(
+            omitted,
+            json!({"user_id": 7, "items": [{"product_id": 1, "quantity": 1}], "amount": 1})
+        );
+        let mut named = json!({"user_id": 8, "amount": 1});
+        default_user(&mut named, UserId(7));
+        assert_eq!(named["user_id"], 8);
+        let mut not_an_object = json!([1]);
+        default_user(&mut not_an_object, UserId(7));
+        assert_eq!(not_an_object, json!([1]));
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //!    whose token already has an outcome is skipped alone and answered with that outcome.
 //! 3. The outcomes go to Redis in one round trip, for cheap replays.
 //!
+//! A token's taker is checked wherever its state is found (Redis or PostgreSQL): another
+//! user's token is 403 before its body is compared.
+//!
 //! Redis losing its keys while a first request A is between its claim and its commit: a
 //! repeat B finds no key and a valid token, and claims it again. B's insert then waits on
 //! A's uncommitted `idempotency_keys_pkey` entry and, once A commits, skips it; B answers A's
@@ -25,7 +28,7 @@ use uuid::Uuid;
 use super::Writer;
 use crate::db;
 use crate::error::ApiError;
-use crate::idempotency::{Claim, ClaimRequest, StoredResponse};
+use crate::idempotency::{Claim, ClaimRequest, Held, StoredResponse};
 use crate::place_order::{Placed, Placement};
 
 type Answer = Result<Placed, ApiError>;
@@ -81,17 +84,27 @@ async fn claim(
             token: &p.row.token,
             fingerprint: &p.row.response.fingerprint,
             recreate_until: p.recreate_until,
+            taker: p.row.response.taker,
         })
         .collect();
     let (mut claimed, mut ask_postgres) = (Vec::new(), Vec::new());
     match writer.tokens.claim_all(&requests).await {
         Ok(claims) => {
             for (i, claim) in claims.into_iter().enumerate() {
-                let fingerprint = &batch[i].row.response.fingerprint;
+                let mine = &batch[i].row.response;
+                let fingerprint = &mine.fingerprint;
                 match claim {
                     Claim::Claimed => claimed.push(i),
-                    Claim::Done(first) => answers[i] = Some(replay(first, fingerprint)),
-                    Claim::InFlight { fingerprint: other } if &other == fingerprint => {
+                    Claim::Done(first) => answers[i] = Some(replay(first, mine)),
+                    // The script claims a token issued to this request's taker, so an issued
+                    // token it leaves is someone else's, as is a claim by another taker.
+                    Claim::IssuedTo(_) => answers[i] = Some(Err(ApiError::TokenOfAnotherUser)),
+                    Claim::InFlight { taker, .. } if taker != mine.taker => {
+                        answers[i] = Some(Err(ApiError::TokenOfAnotherUser));
+                    }
+                    Claim::InFlight {
+                        fingerprint: other, ..
+                    } if &other == fingerprint => {
                         answers[i] = Some(Err(ApiError::RequestInProgress));
                     }
                     Claim::InFlight { .. } => {
@@ -144,7 +157,7 @@ async fn write(
         answers[i] = Some(match stored.get(&placement.row.token) {
             Some(first) => {
                 warm.push((placement.row.token, first.clone()));
-                replay(first.clone(), &placement.row.response.fingerprint)
+                replay(first.clone(), &placement.row.response)
             }
             None => Err(otherwise),
         });
@@ -201,7 +214,7 @@ async fn settle_skipped(
         answers[i] = Some(match stored.get(&placement.row.token) {
             Some(first) => {
                 warm.push((placement.row.token, first.clone()));
-                replay(first.clone(), &placement.row.response.fingerprint)
+                replay(first.clone(), &placement.row.response)
             }
             // Skipped for an outcome that is not there: only a deleted row could do this.
             None => {
@@ -236,13 +249,12 @@ async fn record(
 
 /// Gives back the tokens of `indexes` that their requests still hold, in one round trip.
 async fn release(writer: &Writer, batch: &[Placement], indexes: &[usize]) {
-    let held: Vec<(Uuid, &str)> = indexes
+    let held: Vec<Held<'_>> = indexes
         .iter()
-        .map(|&i| {
-            (
-                batch[i].row.token,
-                batch[i].row.response.fingerprint.as_str(),
-            )
+        .map(|&i| Held {
+            token: &batch[i].row.token,
+            fingerprint: &batch[i].row.response.fingerprint,
+            taker: batch[i].row.response.taker,
         })
         .collect();
     if let Err(error) = writer.tokens.release_all(&held).await {
@@ -264,8 +276,12 @@ fn finish(answers: Vec<Option<Answer>>, error: &dyn std::fmt::Display) -> Vec<An
         .collect()
 }
 
-fn replay(first: StoredResponse, fingerprint: &str) -> Answer {
-    if first.fingerprint != fingerprint {
+/// The first response to the token again, for its taker and the same request only.
+fn replay(first: StoredResponse, mine: &StoredResponse) -> Answer {
+    if first.taker != mine.taker {
+        return Err(ApiError::TokenOfAnotherUser);
+    }
+    if first.fingerprint != mine.fingerprint {
         return Err(ApiError::IdempotencyKeyReused);
     }
     Ok(Placed {

@@ -24,6 +24,9 @@ use self::inventory::Inventory;
 #[derive(Debug, Clone)]
 pub struct ReconcileSettings {
     pub inventory_url: String,
+    /// Sent as the bearer token: inventory may keep reservations to admins
+    /// (`RESERVATIONS_REQUIRE_ADMIN`, with end-user identity on).
+    pub admin_token: Option<String>,
     pub after: Duration,
     pub every: Duration,
     pub batch: i64,
@@ -64,7 +67,11 @@ pub async fn reconcile_once(
     client: &reqwest::Client,
     settings: &ReconcileSettings,
 ) -> anyhow::Result<usize> {
-    let inventory = Inventory::new(client, &settings.inventory_url);
+    let inventory = Inventory::new(
+        client,
+        &settings.inventory_url,
+        settings.admin_token.as_deref(),
+    );
     let pending = pending::reconcile(db, &inventory, settings).await;
     let cancelled = cancelled::reconcile(db, &inventory, settings).await;
     Ok(pending? + cancelled?)

@@ -22,8 +22,10 @@ pub enum OrderBody {
 #[schema(example = json!({"user_id": 1, "items": [{"product_id": 1001, "quantity": 2}], "amount": 200.0}))]
 #[allow(dead_code)]
 pub struct ItemsOrder {
-    /// Positive 64-bit integer.
+    /// Positive 64-bit integer. Required unless end-user identity is on; then it may be left
+    /// out (the caller's is used) and must be the caller's.
     #[schema(minimum = 1, example = 1)]
+    #[serde(default)]
     user_id: i64,
     /// 1 to 100 items, no product twice.
     #[schema(min_items = 1, max_items = 100)]
@@ -37,8 +39,10 @@ pub struct ItemsOrder {
 #[schema(example = json!({"user_id": 1, "product_id": 1001, "quantity": 2, "amount": "200.00"}))]
 #[allow(dead_code)]
 pub struct FlatOrder {
-    /// Positive 64-bit integer.
+    /// Positive 64-bit integer. Required unless end-user identity is on; then it may be left
+    /// out (the caller's is used) and must be the caller's.
     #[schema(minimum = 1, example = 1)]
+    #[serde(default)]
     user_id: i64,
     #[schema(minimum = 1, example = 1001)]
     product_id: i64,

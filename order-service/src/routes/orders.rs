@@ -10,6 +10,7 @@ use shared::ids::{OrderId, UserId};
 use utoipa::IntoParams;
 use uuid::Uuid;
 
+use crate::auth::Caller;
 use crate::db;
 use crate::domain::OrderStatus;
 use crate::error::ApiError;
@@ -19,14 +20,17 @@ use crate::settle::Cancelled;
 use crate::state::AppState;
 
 const PROBLEM: &str = "application/problem+json";
+const UNAUTHORIZED: &str = "`unauthorized`: identity is on and the bearer token is missing or invalid (checked before anything else)";
 
 /// Create an order
 ///
 /// Exactly once per idempotency token: a retry with the same token and body replays the
 /// first response (`Idempotent-Replayed: true`). The order starts `PENDING` and settles once
-/// inventory has answered.
+/// inventory has answered. With end-user identity on, `user_id` may be left out (the
+/// caller's is used); naming another user, or presenting another user's token, is 403.
 #[utoipa::path(
     post, path = "/orders", operation_id = "create_order", tag = "orders",
+    security((), ("bearerJwt" = [])),
     params(("Idempotency-Key" = Uuid, Header, description = "A token from `POST /idempotency-tokens`")),
     request_body(content = crate::routes::OrderBody, description = "The canonical `items` form, or the flat one-item form"),
     responses(
@@ -34,6 +38,9 @@ const PROBLEM: &str = "application/problem+json";
             headers(("Location" = String, description = "/orders/{order_id}"),
                     ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 400, description = "Missing or unknown idempotency key, or malformed JSON", body = shared::Problem, content_type = PROBLEM),
+        (status = 401, description = UNAUTHORIZED, body = shared::Problem, content_type = PROBLEM,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`, with `error=\"invalid_token\"` when a token was sent"))),
+        (status = 403, description = "`forbidden`: `user_id` names another user, or the token was taken by another user", body = shared::Problem, content_type = PROBLEM),
         (status = 409, description = "`request-in-progress`: the first request with this token is still running; retry after `Retry-After`",
             body = shared::Problem, content_type = PROBLEM,
             headers(("Retry-After" = u32, description = "Seconds to wait before sending the request again"))),
@@ -42,6 +49,7 @@ const PROBLEM: &str = "application/problem+json";
     )
 )]
 pub async fn create(
+    caller: Caller,
     State(state): State<AppState>,
     trace: TraceContext,
     headers: HeaderMap,
@@ -49,7 +57,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let key = platform::http::extract::header_text(&headers, "Idempotency-Key")?;
     let token = place_order::parse_token(key)?;
-    let placed = place_order::place(&state, token, &body, &trace).await?;
+    let placed = place_order::place(&state, caller, token, &body, &trace).await?;
     let response = placed.response;
     let mut answer = (
         StatusCode::from_u16(response.status).unwrap_or(StatusCode::ACCEPTED),
@@ -70,22 +78,29 @@ pub async fn create(
 }
 
 /// Get an order
+///
+/// With end-user identity on, another user's order is 404, as if it did not exist.
 #[utoipa::path(
     get, path = "/orders/{order_id}", operation_id = "get_order", tag = "orders",
+    security((), ("bearerJwt" = [])),
     params(("order_id" = Uuid, Path, description = "The order's id")),
     responses(
         (status = 200, description = "The order", body = Order),
-        (status = 404, description = "No such order", body = shared::Problem, content_type = PROBLEM),
+        (status = 401, description = UNAUTHORIZED, body = shared::Problem, content_type = PROBLEM,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`, with `error=\"invalid_token\"` when a token was sent"))),
+        (status = 404, description = "No such order (or, with identity on, not the caller's)", body = shared::Problem, content_type = PROBLEM),
     )
 )]
 pub async fn get(
+    caller: Caller,
     State(state): State<AppState>,
     Path(order_id): Path<Uuid>,
 ) -> Result<Json<Order>, ApiError> {
     let order_id = OrderId(order_id);
     let mut conn = state.db.acquire().await?;
     let row = db::orders::find(&mut conn, order_id).await?;
-    row.map(|r| Json(r.into()))
+    row.filter(|r| caller.0.is_none_or(|user| user.0 == r.user_id))
+        .map(|r| Json(r.into()))
         .ok_or(ApiError::OrderNotFound(order_id))
 }
 
@@ -93,7 +108,8 @@ pub async fn get(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
-    /// Only this user's orders (positive integer).
+    /// Only this user's orders (positive integer). With identity on it defaults to the
+    /// caller, and naming anyone else is 403.
     #[param(value_type = Option<i64>, minimum = 1, example = 1)]
     user_id: Option<String>,
     /// Only orders in this status.
@@ -109,21 +125,29 @@ pub struct ListParams {
 }
 
 /// List orders, newest first
+///
+/// With end-user identity on, only the caller's orders.
 #[utoipa::path(
     get, path = "/orders", operation_id = "list_orders", tag = "orders",
+    security((), ("bearerJwt" = [])),
     params(ListParams),
     responses(
         (status = 200, description = "One page of orders", body = inline(Page<Order>)),
+        (status = 401, description = UNAUTHORIZED, body = shared::Problem, content_type = PROBLEM,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`, with `error=\"invalid_token\"` when a token was sent"))),
+        (status = 403, description = "`forbidden`: the `user_id` filter names another user", body = shared::Problem, content_type = PROBLEM),
         (status = 422, description = "A filter, limit or cursor is invalid", body = shared::Problem, content_type = PROBLEM),
     )
 )]
 pub async fn list(
+    caller: Caller,
     State(state): State<AppState>,
     Query(params): Query<ListParams>,
 ) -> Result<Json<Page<Order>>, ApiError> {
     let limit = pagination::limit(params.limit.as_deref())?;
+    let requested = params.user_id.as_deref().map(parse_user_id).transpose()?;
     let query = db::orders::ListQuery {
-        user_id: params.user_id.as_deref().map(parse_user_id).transpose()?,
+        user_id: whose_orders(caller, requested)?,
         status: params.status.as_deref().map(parse_status).transpose()?,
         after: params.after.as_deref().map(decode_cursor).transpose()?,
         fetch: limit + 1,
@@ -137,6 +161,19 @@ pub async fn list(
         items: page.items.into_iter().map(Order::from).collect(),
         next: page.next,
     }))
+}
+
+/// The user whose orders a caller lists: anyone's (or everyone's) without identity, only
+/// their own with it.
+fn whose_orders(caller: Caller, requested: Option<UserId>) -> Result<Option<UserId>, ApiError> {
+    match (caller.0, requested) {
+        (None, requested) => Ok(requested),
+        (Some(me), None) => Ok(Some(me)),
+        (Some(me), Some(other)) if other != me => Err(ApiError::Forbidden(
+            "user_id names another user: you may list only your own orders".into(),
+        )),
+        (Some(me), Some(_)) => Ok(Some(me)),
+    }
 }
 
 fn parse_user_id(raw: &str) -> Result<UserId, ApiError> {
@@ -193,24 +230,29 @@ mod tests {
 /// Cancel an order
 ///
 /// `PENDING` or `CONFIRMED` orders become `CANCELLED` and inventory gives back whatever it
-/// deducted for them (once). Cancelling a cancelled order returns it again.
+/// deducted for them (once). Cancelling a cancelled order returns it again. With end-user
+/// identity on, another user's order is 404 and stays as it is.
 #[utoipa::path(
     post, path = "/orders/{order_id}/cancel", operation_id = "cancel_order", tag = "orders",
+    security((), ("bearerJwt" = [])),
     params(("order_id" = Uuid, Path, description = "The order's id")),
     responses(
         (status = 200, description = "The cancelled order", body = Order),
-        (status = 404, description = "No such order", body = shared::Problem, content_type = PROBLEM),
+        (status = 401, description = UNAUTHORIZED, body = shared::Problem, content_type = PROBLEM,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`, with `error=\"invalid_token\"` when a token was sent"))),
+        (status = 404, description = "No such order (or, with identity on, not the caller's)", body = shared::Problem, content_type = PROBLEM),
         (status = 409, description = "The order was rejected; there is nothing to cancel", body = shared::Problem, content_type = PROBLEM),
     )
 )]
 pub async fn cancel(
+    caller: Caller,
     State(state): State<AppState>,
     trace: TraceContext,
     Path(order_id): Path<Uuid>,
 ) -> Result<Json<Order>, ApiError> {
     let order_id = OrderId(order_id);
     let mut tx = state.db.begin().await?;
-    let outcome = crate::settle::cancel(&mut tx, order_id, &trace).await?;
+    let outcome = crate::settle::cancel(&mut tx, order_id, caller.0, &trace).await?;
     tx.commit().await?;
     match outcome {
         Cancelled::Now(row, transition) => {

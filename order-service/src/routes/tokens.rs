@@ -9,6 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -23,18 +24,23 @@ pub struct IssuedToken {
 /// Issue an idempotency token
 ///
 /// Send it as `Idempotency-Key` with `POST /orders`; retries with the same token and body
-/// replay the first response instead of creating a second order.
+/// replay the first response instead of creating a second order. With end-user identity on,
+/// the token belongs to the caller: another user presenting it is refused.
 #[utoipa::path(
     post, path = "/idempotency-tokens", operation_id = "issue_idempotency_token", tag = "orders",
+    security((), ("bearerJwt" = [])),
     responses(
         (status = 201, description = "Token issued", body = IssuedToken),
+        (status = 401, description = "`unauthorized`: identity is on and the bearer token is missing or invalid", body = shared::Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "`Bearer`, with `error=\"invalid_token\"` when a token was sent"))),
         (status = 503, description = "Redis unreachable", body = shared::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn issue(
+    caller: Caller,
     State(state): State<AppState>,
 ) -> Result<(StatusCode, Json<IssuedToken>), ApiError> {
-    let (token, expires_at) = state.tokens.issue().await.map_err(|error| {
+    let (token, expires_at) = state.tokens.issue(caller.0).await.map_err(|error| {
         if !matches!(error, RedisCallError::Down) {
             tracing::warn!(%error, "cannot issue a token: Redis unavailable");
         }

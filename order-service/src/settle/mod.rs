@@ -5,7 +5,7 @@
 use chrono::Utc;
 use platform::http::TraceContext;
 use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
-use shared::ids::OrderId;
+use shared::ids::{OrderId, UserId};
 use shared::keys;
 use sqlx::PgConnection;
 
@@ -100,15 +100,21 @@ pub enum Cancelled {
 }
 
 /// Cancels a `PENDING` or `CONFIRMED` order and emits `order.cancelled` (the saga's
-/// compensation); cancelling a cancelled order changes nothing.
+/// compensation); cancelling a cancelled order changes nothing. With an `owner`, only an
+/// order of theirs is found.
 pub async fn cancel(
     conn: &mut PgConnection,
     order_id: OrderId,
+    owner: Option<UserId>,
     trace: &TraceContext,
 ) -> sqlx::Result<Cancelled> {
     let Some(row) = db::orders::find_for_update(conn, order_id).await? else {
         return Ok(Cancelled::NotFound);
     };
+    // Another user's order is not there for this caller (its existence is not revealed).
+    if owner.is_some_and(|owner| owner.0 != row.user_id) {
+        return Ok(Cancelled::NotFound);
+    }
     // Strict: a status the CHECK constraint should never have admitted fails loudly.
     let from = OrderStatus::parse(&row.status).ok_or_else(|| {
         sqlx::Error::Decode(format!("unknown order status {:?}", row.status).into())

@@ -42,6 +42,8 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         messaging: Default::default(),
         rate_limit: Default::default(),
         shutdown_drain: Duration::ZERO,
+        identity: Default::default(),
+        cors: Default::default(),
     }
 }
 

@@ -246,7 +246,7 @@ async fn signed_token(app: &TestApp, expires_at: chrono::DateTime<chrono::Utc>) 
         .await
         .expect("the secret the app generated");
     TokenSigner::new(TokenSecret::new(secret))
-        .mint(expires_at)
+        .mint(expires_at, None)
         .to_string()
 }
 
@@ -360,7 +360,7 @@ async fn tokens_redis_does_not_know_are_unknown_unless_signed_here_and_unexpired
     let body = order_body(1, 1001, 1);
     let expired = signed_token(&app, chrono::Utc::now() - chrono::Duration::seconds(1)).await;
     let other_secret = TokenSigner::new(TokenSecret::generate())
-        .mint(chrono::Utc::now() + chrono::Duration::hours(1))
+        .mint(chrono::Utc::now() + chrono::Duration::hours(1), None)
         .to_string();
     for token in [random_uuid(), expired, other_secret] {
         assert_problem(

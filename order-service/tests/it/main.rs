@@ -8,6 +8,7 @@ mod edge;
 mod first_verdict;
 mod helpers;
 mod idempotency;
+mod identity;
 mod intake;
 mod intake_crash;
 mod listing;

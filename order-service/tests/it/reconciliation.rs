@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use order_service::messaging::inventory_events::InventoryEvents;
 use order_service::messaging::reconcile::{ReconcileSettings, reconcile_once};
@@ -46,7 +47,17 @@ impl Inventory {
     }
 }
 
-async fn reservation(State(inventory): State<Inventory>, Path(order_id): Path<String>) -> Response {
+async fn reservation(
+    State(inventory): State<Inventory>,
+    headers: HeaderMap,
+    Path(order_id): Path<String>,
+) -> Response {
+    // As inventory does with RESERVATIONS_REQUIRE_ADMIN: every test here then proves that
+    // reconciliation sends the admin token.
+    let bearer = format!("Bearer {STUB_ADMIN_TOKEN}");
+    if headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(bearer.as_str()) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
     *inventory
         .asked
         .lock()
@@ -58,6 +69,8 @@ async fn reservation(State(inventory): State<Inventory>, Path(order_id): Path<St
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }
+
+const STUB_ADMIN_TOKEN: &str = "stub-admin-token";
 
 /// Serves `inventory`; returns reconciliation settings that look at every order at once.
 async fn inventory_stub(inventory: Inventory) -> ReconcileSettings {
@@ -71,6 +84,7 @@ async fn inventory_stub(inventory: Inventory) -> ReconcileSettings {
     tokio::spawn(async move { axum::serve(listener, app).await });
     ReconcileSettings {
         inventory_url: url,
+        admin_token: Some(STUB_ADMIN_TOKEN.into()),
         after: Duration::ZERO,
         every: Duration::from_secs(3600),
         batch: 100,
@@ -120,6 +134,7 @@ async fn an_unreachable_inventory_changes_nothing() {
     let order = app.create_order(&order_body(1, 1001, 1)).await;
     let settings = ReconcileSettings {
         inventory_url: "http://127.0.0.1:1".into(),
+        admin_token: None,
         after: Duration::ZERO,
         every: Duration::from_secs(3600),
         batch: 100,

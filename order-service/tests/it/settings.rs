@@ -32,6 +32,14 @@ const REFUSED: &[(&str, &str)] = &[
     ("SHUTDOWN_DRAIN_SECS", "-1"),
     ("SHUTDOWN_DRAIN_SECS", "301"),
     ("SHUTDOWN_DRAIN_SECS", "five"),
+    ("AUTH_JWT_SECRET", "shorter than 32 bytes"),
+    ("AUTH_JWKS_URL", "not a url"),
+    ("AUTH_JWKS_URL", "ftp://id.example/jwks.json"),
+    // A claim check without identity would check nothing.
+    ("AUTH_JWT_ISSUER", "https://id.example"),
+    ("AUTH_JWT_AUDIENCE", "orders"),
+    ("CORS_ALLOWED_ORIGINS", "https://shop.example/path"),
+    ("CORS_ALLOWED_ORIGINS", "shop.example"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]
@@ -39,6 +47,28 @@ async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
     let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
     testing::assert_each_setting_refused(env!("CARGO_BIN_EXE_order-service"), &db.url, REFUSED)
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jwt_secret_and_a_jwks_url_together_stop_the_start() {
+    let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
+    let mut command = testing::service_command(
+        env!("CARGO_BIN_EXE_order-service"),
+        &db.url,
+        "amqp://guest:guest@127.0.0.1:1/%2f",
+        &testing::redis_prefix(),
+    );
+    command
+        .env("HTTP_ADDR", format!("127.0.0.1:{}", testing::free_port()))
+        .env("AUTH_JWT_SECRET", "a secret that is long enough, 32+ bytes")
+        .env("AUTH_JWKS_URL", "https://id.example/jwks.json");
+    let stderr = tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
+        .await
+        .expect("the check runs");
+    assert!(
+        stderr.contains("AUTH_JWT_SECRET") && stderr.contains("AUTH_JWKS_URL"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts};
-use axum::http::HeaderValue;
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use shared::Problem;
 use subtle::ConstantTimeEq;
@@ -40,6 +40,17 @@ impl AdminToken {
             .as_deref()
             .is_some_and(|expected| bool::from(expected.as_bytes().ct_eq(presented.as_bytes())))
     }
+
+    /// Whether `headers` carry `Authorization: Bearer <the token>`. For endpoints that need
+    /// the token only in some configurations (answer [`unauthorized`] when not); others take
+    /// [`AdminAuth`].
+    pub fn admits(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_credentials)
+            .is_some_and(|presented| self.accepts(presented))
+    }
 }
 
 /// Proof that the request carried the admin token; take it as a handler argument.
@@ -54,15 +65,10 @@ where
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let token = AdminToken::from_ref(state);
-        let presented = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_credentials);
-        match presented {
-            Some(p) if token.accepts(p) => Ok(AdminAuth),
-            _ => Err(unauthorized()),
+        if AdminToken::from_ref(state).admits(&parts.headers) {
+            Ok(AdminAuth)
+        } else {
+            Err(unauthorized())
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Wraps a service's router with the edge every request passes through.
 //!
 //! Outermost first: set `x-request-id` (kept from the client or generated) and echo it ->
-//! trace context -> tracing span -> metrics -> uniform refusals (problem+json for any bare
+//! trace context -> tracing span -> metrics -> CORS (when configured; preflights end here) ->
+//! uniform refusals (problem+json for any bare
 //! error, `WWW-Authenticate` on every 401, `Retry-After` on every 503) -> rate limit ->
 //! panics as 500 -> timeout. 404 and 405 answers, body limits and timeouts are all
 //! problem+json too.
@@ -20,6 +21,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use super::cors::Cors;
 use super::metrics;
 use super::rate_limit::{self, Limiter, RateLimit};
 use super::trace::{TRACEPARENT, TraceContext};
@@ -34,7 +36,12 @@ const RETRY_AFTER_SECS: &str = "1";
 
 /// Adds fallbacks and the shared middleware stack to a fully routed service. Serve it with
 /// `into_make_service_with_connect_info::<SocketAddr>()` so rate limits see each client.
-pub fn with_edge(router: Router, request_timeout: Duration, rate_limit: RateLimit) -> Router {
+pub fn with_edge(
+    router: Router,
+    request_timeout: Duration,
+    rate_limit: RateLimit,
+    cors: &Cors,
+) -> Router {
     router
         .route_layer(middleware::from_fn(metrics::remember_route))
         .fallback(not_found)
@@ -49,6 +56,9 @@ pub fn with_edge(router: Router, request_timeout: Duration, rate_limit: RateLimi
                 .layer(middleware::from_fn(trace_context))
                 .layer(TraceLayer::new_for_http().make_span_with(make_span))
                 .layer(middleware::from_fn(metrics::record))
+                // Outside the refusals, so a browser can read a 401, 429 or 503 too; inside
+                // the request id, so a preflight carries one like every other answer.
+                .option_layer(cors.layer())
                 .layer(middleware::from_fn(uniform_refusals))
                 .layer(middleware::from_fn_with_state(
                     Limiter::new(rate_limit),
@@ -247,6 +257,7 @@ mod tests {
                 Router::new().route("/boom", get(boom)),
                 Duration::from_secs(5),
                 RateLimit::default(),
+                &Cors::default(),
             )
         };
         for (method, uri, status) in [
@@ -276,6 +287,7 @@ mod tests {
                     .route("/503", get(|| refused(503))),
                 Duration::from_secs(5),
                 RateLimit::default(),
+                &Cors::default(),
             )
         };
         let response = app()
@@ -311,6 +323,7 @@ mod tests {
                 per_sec: 1,
                 burst: 2,
             },
+            &Cors::default(),
         );
         let mut statuses = Vec::new();
         for uri in [

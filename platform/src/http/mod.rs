@@ -1,7 +1,8 @@
 //! The HTTP edge both services share: every error as problem+json, request ids and trace
-//! context, metrics, health endpoints, admin auth and pagination rules.
+//! context, metrics, health endpoints, admin auth, CORS and pagination rules.
 
 pub mod admin;
+pub mod cors;
 pub mod edge;
 pub mod extract;
 pub mod health;
@@ -13,6 +14,7 @@ pub mod rate_limit;
 pub mod trace;
 
 pub use admin::{AdminAuth, AdminToken};
+pub use cors::Cors;
 pub use edge::{BODY_LIMIT_BYTES, with_edge};
 pub use extract::{Json, Path, Query};
 pub use rate_limit::RateLimit;

@@ -46,19 +46,29 @@ pub(super) enum Answer {
 pub(super) struct Inventory<'a> {
     client: &'a reqwest::Client,
     base: &'a str,
+    admin_token: Option<&'a str>,
 }
 
 impl<'a> Inventory<'a> {
-    pub(super) fn new(client: &'a reqwest::Client, base: &'a str) -> Self {
+    pub(super) fn new(
+        client: &'a reqwest::Client,
+        base: &'a str,
+        admin_token: Option<&'a str>,
+    ) -> Self {
         Self {
             client,
             base: base.trim_end_matches('/'),
+            admin_token,
         }
     }
 
     pub(super) async fn reservation(&self, order_id: OrderId) -> anyhow::Result<Answer> {
         let url = format!("{}/reservations/{}", self.base, order_id.0);
-        let response = match self.client.get(&url).send().await {
+        let mut request = self.client.get(&url);
+        if let Some(token) = self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        let response = match request.send().await {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(%error, "inventory unreachable during reconciliation");
