@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use platform::config::{self, MessagingConfig};
 use platform::http::RateLimit;
+use platform::tls::ClientTls;
 
 /// Everything the service reads from its environment, read once at start.
 #[derive(Debug, Clone)]
@@ -43,6 +44,8 @@ pub struct Config {
     /// `RATE_LIMIT_PER_SEC` (0: off, the default) and `RATE_LIMIT_BURST` (0 or unset: the
     /// rate), per client address.
     pub rate_limit: RateLimit,
+    /// `REDIS_CA_FILE` and `AMQP_CA_FILE`: private CAs for `rediss://` and `amqps://`.
+    pub tls: ClientTls,
 }
 
 impl Default for Config {
@@ -62,6 +65,7 @@ impl Default for Config {
             request_timeout: Duration::from_secs(10),
             messaging: MessagingConfig::default(),
             rate_limit: RateLimit::default(),
+            tls: ClientTls::default(),
         }
     }
 }
@@ -90,6 +94,7 @@ impl Config {
             request_timeout: config::positive_secs("REQUEST_TIMEOUT_SECS", 10)?,
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
+            tls: ClientTls::from_env()?,
         })
     }
 }

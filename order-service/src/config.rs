@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use platform::config::{self as env, MessagingConfig};
 use platform::http::RateLimit;
+use platform::tls::ClientTls;
 
 use crate::signed_token::TokenSecret;
 
@@ -50,6 +51,8 @@ pub struct Config {
     pub messaging: MessagingConfig,
     /// `RATE_LIMIT_PER_SEC` (0: off) and `RATE_LIMIT_BURST` (0: the rate), per client address.
     pub rate_limit: RateLimit,
+    /// `REDIS_CA_FILE` and `AMQP_CA_FILE`: private CAs for `rediss://` and `amqps://`.
+    pub tls: ClientTls,
 }
 
 impl Config {
@@ -76,6 +79,7 @@ impl Config {
             intake_batch_max: env::at_least("INTAKE_BATCH_MAX", 64, 1)?,
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
+            tls: ClientTls::from_env()?,
         })
     }
 }

@@ -56,8 +56,11 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     let db = platform::db::connect_and_migrate(&config.database_url, &settings, &MIGRATOR)
         .await
         .context("preparing the orders database")?;
-    let redis =
-        platform::redis_conn::connect_with_timeout(&config.redis_url, config.redis_timeout)?;
+    let redis = platform::redis_conn::connect_with_timeout(
+        &config.redis_url,
+        config.redis_timeout,
+        config.tls.redis_ca.as_ref(),
+    )?;
     let redis_health = RedisHealth::default();
     let secret = match &config.idempotency_token_secret {
         Some(secret) => secret.clone(),
@@ -65,7 +68,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
             .await
             .context("reading the idempotency token secret")?,
     };
-    let broker = Broker::new(&config.amqp_url);
+    let broker = Broker::new(&config.amqp_url, config.tls.amqp_ca.clone());
     let readiness = Readiness {
         db: db.clone(),
         redis: redis.clone(),

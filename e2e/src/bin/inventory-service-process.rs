@@ -4,6 +4,8 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    platform::telemetry::init();
-    inventory_service::run_from_env().await
+    let telemetry = platform::telemetry::init("inventory-service")?;
+    let served = inventory_service::run_from_env().await;
+    telemetry.shutdown().await;
+    served
 }

@@ -88,6 +88,7 @@ impl Stack {
             intake_batch_max: 64,
             messaging: Default::default(),
             rate_limit: Default::default(),
+            tls: Default::default(),
         };
         configure_orders(&mut order_config);
         let orders = start_orders(order_config).await;

@@ -5,6 +5,7 @@ mod flash_sale;
 mod helpers;
 mod inventory_process;
 mod lost_cancellation;
+mod otlp;
 mod outages;
 mod paused_inventory;
 mod saga;

@@ -18,4 +18,5 @@ mod products;
 mod redis_hung;
 mod restock;
 mod settings;
+mod tls;
 mod validation;

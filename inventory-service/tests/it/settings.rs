@@ -21,6 +21,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("RATE_LIMIT_BURST", "lots"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "not a url"),
+    ("REDIS_CA_FILE", "/nonexistent/ca.pem"),
+    ("AMQP_CA_FILE", "/etc/hostname"),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]

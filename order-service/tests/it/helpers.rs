@@ -41,6 +41,7 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         intake_batch_max: 64,
         messaging: Default::default(),
         rate_limit: Default::default(),
+        tls: Default::default(),
     }
 }
 

@@ -29,6 +29,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("RATE_LIMIT_BURST", "lots"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "http://127.0.0.1:5672"),
+    ("REDIS_CA_FILE", "/nonexistent/ca.pem"),
+    ("AMQP_CA_FILE", "/etc/hostname"),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]

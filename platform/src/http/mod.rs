@@ -1,6 +1,7 @@
 //! The HTTP edge both services share: every error as problem+json, request ids and trace
 //! context, metrics, health endpoints, admin auth and pagination rules.
 
+pub mod access_log;
 pub mod admin;
 pub mod edge;
 pub mod extract;
