@@ -1,6 +1,6 @@
 //! OTLP trace export. Both services run as processes configured only by the standard `OTEL_*`
-//! variables and export to an OTLP/HTTP receiver this test runs, which decodes the real
-//! protobuf payload. An order placed with the client's `traceparent` makes one trace whose
+//! variables and export to a receiver this test runs, over OTLP/HTTP (the default; the
+//! receiver decodes the real protobuf payload) or OTLP/gRPC. An order placed with the client's `traceparent` makes one trace whose
 //! spans come from both services, each hop the child of the one before it across the broker.
 //! The scheduled export is an hour away, so the spans arrive only because shutdown flushes them.
 
@@ -14,6 +14,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -22,6 +25,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use platform::testing::{self, KilledOnDrop, TestDatabase, TestVhost, eventually, signal};
 use prost::Message;
 use serde_json::{Value, json};
+use tonic::transport::server::TcpIncoming;
 
 use crate::helpers::{ADMIN, SETTLE};
 
@@ -46,6 +50,29 @@ async fn receive(State(spans): State<Spans>, body: Bytes) -> impl IntoResponse {
     let Ok(request) = ExportTraceServiceRequest::decode(body) else {
         return (StatusCode::BAD_REQUEST, Vec::new()).into_response();
     };
+    keep(&spans, request);
+    (
+        [(header::CONTENT_TYPE, "application/x-protobuf")],
+        ExportTraceServiceResponse::default().encode_to_vec(),
+    )
+        .into_response()
+}
+
+/// The `TraceService` of OTLP/gRPC.
+struct GrpcReceiver(Spans);
+
+#[tonic::async_trait]
+impl TraceService for GrpcReceiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        keep(&self.0, request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+fn keep(spans: &Spans, request: ExportTraceServiceRequest) {
     let mut received = Vec::new();
     for resource_spans in request.resource_spans {
         let service = resource_spans
@@ -72,27 +99,32 @@ async fn receive(State(spans): State<Spans>, body: Bytes) -> impl IntoResponse {
     if let Ok(mut spans) = spans.lock() {
         spans.extend(received);
     }
-    (
-        [(header::CONTENT_TYPE, "application/x-protobuf")],
-        ExportTraceServiceResponse::default().encode_to_vec(),
-    )
-        .into_response()
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-async fn start_receiver() -> (String, Spans) {
+/// A receiver speaking `protocol` (`OTEL_EXPORTER_OTLP_PROTOCOL`): its endpoint and what it got.
+async fn start_receiver(protocol: &str) -> (String, Spans) {
     let spans = Spans::default();
-    let router = Router::new()
-        .route("/v1/traces", post(receive))
-        .with_state(spans.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the receiver");
     let addr = listener.local_addr().expect("its address");
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    if protocol == "grpc" {
+        let service = TraceServiceServer::new(GrpcReceiver(spans.clone()));
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(TcpIncoming::from(listener)),
+        );
+    } else {
+        let router = Router::new()
+            .route("/v1/traces", post(receive))
+            .with_state(spans.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+    }
     (format!("http://{addr}"), spans)
 }
 
@@ -102,6 +134,7 @@ async fn start(
     db: &TestDatabase,
     vhost: &TestVhost,
     endpoint: &str,
+    protocol: &str,
     env: &[(&str, String)],
 ) -> (KilledOnDrop, String) {
     let port = testing::free_port();
@@ -111,6 +144,7 @@ async fn start(
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", ADMIN)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         .env("OTEL_BSP_SCHEDULE_DELAY", "3600000");
     for (name, value) in env {
         command.env(name, value);
@@ -160,7 +194,16 @@ async fn place_order(client: &reqwest::Client, orders: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_order_is_one_exported_trace_across_both_services() {
-    let (endpoint, spans) = start_receiver().await;
+    one_order_is_one_trace_over("http/protobuf").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_order_is_one_trace_exported_over_grpc_too() {
+    one_order_is_one_trace_over("grpc").await;
+}
+
+async fn one_order_is_one_trace_over(protocol: &str) {
+    let (endpoint, spans) = start_receiver(protocol).await;
     let vhost = TestVhost::create();
     let order_db = TestDatabase::create("e2e_otlp_orders", &order_service::MIGRATOR).await;
     let inventory_db =
@@ -170,6 +213,7 @@ async fn one_order_is_one_exported_trace_across_both_services() {
         &inventory_db,
         &vhost,
         &endpoint,
+        protocol,
         &[],
     )
     .await;
@@ -178,6 +222,7 @@ async fn one_order_is_one_exported_trace_across_both_services() {
         &order_db,
         &vhost,
         &endpoint,
+        protocol,
         &[("INVENTORY_URL", inventory_base.clone())],
     )
     .await;
