@@ -3,8 +3,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let telemetry = platform::telemetry::init("inventory-service")?;
-    let served = inventory_service::run_from_env().await;
-    telemetry.shutdown().await;
-    served
+    platform::telemetry::run("inventory-service", inventory_service::run_from_env()).await
 }

@@ -104,6 +104,17 @@ pub fn build_app(state: AppState) -> Router {
     platform::http::with_edge(router, timeout, rate_limit)
 }
 
+/// Runs the service as its binary does: configuration from the environment, shutdown on
+/// SIGTERM or SIGINT.
+pub async fn run_from_env() -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    let listener = TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding {}", config.http_addr))?;
+    let state = build_state(config).await?;
+    serve(state, listener, platform::shutdown::on_signal()).await
+}
+
 /// Serves `listener` and runs the background loops until `shutdown`; then stops accepting,
 /// finishes in-flight requests and lets each loop reach a safe point before returning.
 pub async fn serve(

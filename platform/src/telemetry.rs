@@ -30,6 +30,18 @@ impl Telemetry {
     }
 }
 
+/// Runs `service` (a binary's whole life, lazy until awaited) with telemetry installed by
+/// [`init`], and flushes the spans still queued once it returns.
+pub async fn run(
+    service: &str,
+    main: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let telemetry = init(service)?;
+    let served = main.await;
+    telemetry.shutdown().await;
+    served
+}
+
 /// Installs the global subscriber for the service `service` (the default `service.name`).
 /// Refuses `OTEL_*` settings that cannot work, naming the variable. Must run inside the Tokio
 /// runtime (the gRPC exporter starts its connection there).
