@@ -1,1 +1,1 @@
-//! End-to-end tests live in `tests/`; `src/bin/` holds the one process they start.
+//! End-to-end tests live in `tests/`; `src/bin/` holds the processes they start.

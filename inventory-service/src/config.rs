@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use platform::config::{self, MessagingConfig};
 use platform::http::{Cors, RateLimit};
+use platform::tls::ClientTls;
 
 /// Everything the service reads from its environment, read once at start.
 #[derive(Debug, Clone)]
@@ -54,6 +55,8 @@ pub struct Config {
     pub reservations_require_admin: bool,
     /// `CORS_ALLOWED_ORIGINS`: origins a browser page may call the API from; unset: none.
     pub cors: Cors,
+    /// `REDIS_CA_FILE` and `AMQP_CA_FILE`: private CAs for `rediss://` and `amqps://`.
+    pub tls: ClientTls,
 }
 
 impl Default for Config {
@@ -76,6 +79,7 @@ impl Default for Config {
             shutdown_drain: Duration::ZERO,
             reservations_require_admin: false,
             cors: Cors::default(),
+            tls: ClientTls::default(),
         }
     }
 }
@@ -114,6 +118,7 @@ impl Config {
                     .any(|name| config::optional(name).is_some()),
             )?,
             cors: Cors::from_env()?,
+            tls: ClientTls::from_env()?,
         })
     }
 }

@@ -64,10 +64,13 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     let db = platform::db::connect_and_migrate(&config.database_url, &settings, &MIGRATOR)
         .await
         .context("preparing the database")?;
-    let redis =
-        platform::redis_conn::connect_with_timeout(&config.redis_url, config.redis_timeout)?;
+    let redis = platform::redis_conn::connect_with_timeout(
+        &config.redis_url,
+        config.redis_timeout,
+        config.tls.redis_ca.as_ref(),
+    )?;
     let redis_health = RedisHealth::default();
-    let broker = Broker::new(&config.amqp_url);
+    let broker = Broker::new(&config.amqp_url, config.tls.amqp_ca.clone());
     let locker = lock::Locker::new(
         redis.clone(),
         RedisKeys::new(config.redis_key_prefix.clone()),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use platform::config::{self as env, MessagingConfig};
 use platform::http::{Cors, RateLimit};
+use platform::tls::ClientTls;
 
 use crate::auth::IdentityConfig;
 use crate::signed_token::TokenSecret;
@@ -59,6 +60,8 @@ pub struct Config {
     pub identity: IdentityConfig,
     /// `CORS_ALLOWED_ORIGINS`: origins a browser page may call the API from; unset: none.
     pub cors: Cors,
+    /// `REDIS_CA_FILE` and `AMQP_CA_FILE`: private CAs for `rediss://` and `amqps://`.
+    pub tls: ClientTls,
 }
 
 impl Config {
@@ -88,6 +91,7 @@ impl Config {
             shutdown_drain: platform::shutdown::drain_from_env()?,
             identity: IdentityConfig::from_env()?,
             cors: Cors::from_env()?,
+            tls: ClientTls::from_env()?,
         })
     }
 }

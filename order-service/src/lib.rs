@@ -66,8 +66,11 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     let db = platform::db::connect_and_migrate(&config.database_url, &settings, &MIGRATOR)
         .await
         .context("preparing the orders database")?;
-    let redis =
-        platform::redis_conn::connect_with_timeout(&config.redis_url, config.redis_timeout)?;
+    let redis = platform::redis_conn::connect_with_timeout(
+        &config.redis_url,
+        config.redis_timeout,
+        config.tls.redis_ca.as_ref(),
+    )?;
     let redis_health = RedisHealth::default();
     let secret = match &config.idempotency_token_secret {
         Some(secret) => secret.clone(),
@@ -75,7 +78,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
             .await
             .context("reading the idempotency token secret")?,
     };
-    let broker = Broker::new(&config.amqp_url);
+    let broker = Broker::new(&config.amqp_url, config.tls.amqp_ca.clone());
     let readiness = Readiness {
         db: db.clone(),
         redis: redis.clone(),
@@ -112,6 +115,21 @@ pub fn build_app(state: AppState) -> Router {
         .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
         .with_state(state);
     platform::http::with_edge(router, timeout, rate_limit, &cors)
+}
+
+/// Runs the service as its binary does: configuration from the environment, shutdown on
+/// SIGTERM or SIGINT.
+pub async fn run_from_env() -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    let listener = TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding {}", config.http_addr))?;
+    let state = build_state(config).await?;
+    let shutdown = platform::shutdown::on_signal(
+        state.config.shutdown_drain,
+        state.readiness.draining.clone(),
+    );
+    serve(state, listener, shutdown).await
 }
 
 /// Serves `listener` and runs the background loops until `shutdown`; then stops accepting,

@@ -15,7 +15,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use crate::retry::backoff;
+use crate::tls::CaBundle;
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::tcp::OwnedTLSConfig;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use shared::keys;
@@ -27,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone)]
 pub struct Broker {
     url: Arc<str>,
+    ca: Option<CaBundle>,
     current: Arc<watch::Sender<Option<Arc<Connection>>>>,
     up: Arc<watch::Sender<bool>>,
 }
@@ -40,9 +43,11 @@ impl std::fmt::Debug for Broker {
 }
 
 impl Broker {
-    pub fn new(url: &str) -> Self {
+    /// An `amqps://` URL is verified against the system's roots plus `ca` when given.
+    pub fn new(url: &str, ca: Option<CaBundle>) -> Self {
         Self {
             url: Arc::from(url),
+            ca,
             current: Arc::new(watch::channel(None).0),
             up: Arc::new(watch::channel(false).0),
         }
@@ -79,7 +84,7 @@ impl Broker {
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
             let attempt = async {
-                let conn = Connection::connect(&self.url, ConnectionProperties::default()).await?;
+                let conn = self.connect().await?;
                 let channel = conn.create_channel().await?;
                 declare_topology(&channel).await?;
                 channel.close(200, "topology declared".into()).await.ok();
@@ -107,6 +112,20 @@ impl Broker {
                 }
             }
         }
+    }
+
+    async fn connect(&self) -> lapin::Result<Connection> {
+        let tls = OwnedTLSConfig {
+            identity: None,
+            cert_chain: self.ca.as_ref().map(|ca| ca.pem().to_owned()),
+        };
+        Connection::connect_with_config(
+            &self.url,
+            ConnectionProperties::default(),
+            tls,
+            lapin::runtime::default_runtime()?,
+        )
+        .await
     }
 
     /// Publishes `conn` until it fails or shutdown comes, then withdraws it.

@@ -7,6 +7,8 @@
 pub mod amqp;
 pub mod background;
 pub mod batch_writes;
+#[cfg(feature = "testing")]
+pub mod captured_log;
 pub mod config;
 pub mod consumer;
 pub mod db;
@@ -15,6 +17,8 @@ pub mod inbox;
 pub mod outbox;
 #[cfg(feature = "testing")]
 pub mod private_redis;
+#[cfg(feature = "testing")]
+pub mod private_tls;
 pub mod redis_conn;
 pub mod redis_health;
 pub mod relay;
@@ -23,4 +27,5 @@ pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tls;
 pub mod vacuum;

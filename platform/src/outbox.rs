@@ -48,7 +48,7 @@ impl NewOutboxRow {
             exchange: exchange.to_owned(),
             routing_key: envelope.event.routing_key(),
             payload: serde_json::to_value(envelope)?,
-            headers: serde_json::json!({ crate::http::trace::TRACEPARENT: trace.traceparent() }),
+            headers: serde_json::json!(trace.headers()),
         })
     }
 }

@@ -1,17 +1,18 @@
-//! A redis-server of a test's own, on a free port, that the test can freeze (`SIGSTOP`)
-//! and thaw: a Redis that stops answering without refusing connections, which the shared
-//! Redis of the machine must never be made to do.
+//! A redis-server of a test's own, on a free port: one the test can freeze (`SIGSTOP`) and
+//! thaw (a Redis that stops answering without refusing connections, which the shared Redis
+//! of the machine must never be made to do), or one that speaks TLS only.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::private_tls::TestCa;
 use crate::testing::{eventually, free_port, signal};
 
 /// A running `redis-server --save '' --appendonly no`; thawed and killed when dropped, a
 /// panicking test included.
 #[derive(Debug)]
 pub struct PrivateRedis {
-    /// `redis://127.0.0.1:<port>/0`.
+    /// `redis://127.0.0.1:<port>/0`, or `rediss://` for a TLS server.
     pub url: String,
     child: Child,
     stopped: bool,
@@ -21,25 +22,66 @@ impl PrivateRedis {
     /// Starts the server and waits until it answers.
     pub async fn start() -> Self {
         let port = free_port();
+        let server = Self::spawn(
+            format!("redis://127.0.0.1:{port}/0"),
+            &["--port".into(), port.to_string()],
+        );
+        let client = redis::Client::open(server.url.as_str()).expect("a Redis URL");
+        server.await_ping(&client).await;
+        server
+    }
+
+    /// Starts a server that takes TLS connections only (`rediss://`), with the certificate of
+    /// `ca`, and waits until it answers a client that trusts `ca`.
+    pub async fn start_tls(ca: &TestCa) -> Self {
+        let port = free_port();
+        let path = |p: std::path::PathBuf| p.display().to_string();
+        let server = Self::spawn(
+            format!("rediss://127.0.0.1:{port}/0"),
+            &[
+                "--port".into(),
+                "0".into(),
+                "--tls-port".into(),
+                port.to_string(),
+                "--tls-cert-file".into(),
+                path(ca.cert_file()),
+                "--tls-key-file".into(),
+                path(ca.key_file()),
+                "--tls-ca-cert-file".into(),
+                path(ca.ca_file()),
+                "--tls-auth-clients".into(),
+                "no".into(),
+            ],
+        );
+        let trusted = crate::tls::CaBundle::load(ca.ca_file()).expect("the test CA");
+        let client = redis::Client::build_with_tls(
+            server.url.as_str(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(trusted.pem().as_bytes().to_vec()),
+            },
+        )
+        .expect("a Redis URL");
+        server.await_ping(&client).await;
+        server
+    }
+
+    fn spawn(url: String, listen: &[String]) -> Self {
         let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(listen)
+            .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts (is it installed?)");
-        let server = Self {
-            url: format!("redis://127.0.0.1:{port}/0"),
+        Self {
+            url,
             child,
             stopped: false,
-        };
-        let client = redis::Client::open(server.url.as_str()).expect("a Redis URL");
+        }
+    }
+
+    async fn await_ping(&self, client: &redis::Client) {
         eventually(Duration::from_secs(10), || async {
             let mut conn = client.get_multiplexed_async_connection().await.ok()?;
             redis::cmd("PING")
@@ -48,7 +90,6 @@ impl PrivateRedis {
                 .ok()
         })
         .await;
-        server
     }
 
     /// Freezes the process: connections stay open (the kernel even accepts new ones), and

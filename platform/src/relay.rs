@@ -22,6 +22,7 @@
 //!   batch behind the disk.
 //! - Checks for shutdown between batches, never in the middle of one.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -33,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::amqp::Broker;
+use crate::http::TraceContext;
 use crate::outbox::OutboxSignal;
 use crate::retry::backoff;
 
@@ -200,8 +202,11 @@ async fn relay_batch(
 
     // Send the whole batch, then collect the confirms: one round trip for many messages.
     let mut pending = Vec::with_capacity(rows.len());
+    let mut spans = Vec::with_capacity(rows.len());
     for row in &rows {
         let body = serde_json::to_vec(&row.payload).unwrap_or_default();
+        let (span, headers) = publish_span(row);
+        spans.push(span);
         let publish = channel
             .basic_publish(
                 row.exchange.as_str().into(),
@@ -211,14 +216,14 @@ async fn relay_batch(
                     ..BasicPublishOptions::default()
                 },
                 &body,
-                properties(row),
+                properties(row, headers),
             )
             .await;
         pending.push(publish);
     }
     let mut sent = Vec::with_capacity(rows.len());
     let mut channel_broken = false;
-    for (row, publish) in rows.iter().zip(pending) {
+    for ((row, publish), span) in rows.iter().zip(pending).zip(&spans) {
         let outcome = match publish {
             Ok(confirm) => match tokio::time::timeout(settings.confirm_timeout, confirm).await {
                 Ok(Ok(Confirmation::Ack(None))) => Ok(()),
@@ -246,6 +251,7 @@ async fn relay_batch(
         match outcome {
             Ok(()) => sent.push(row.id),
             Err(error) => {
+                span.record("otel.status_code", "ERROR");
                 metrics::counter!(OUTBOX_PUBLISH_FAILURES_TOTAL).increment(1);
                 record_failure(&mut tx, row, &error, settings).await?;
             }
@@ -268,15 +274,39 @@ async fn relay_batch(
     Ok(rows.len())
 }
 
-fn properties(row: &OutboxRow) -> BasicProperties {
+/// A producer span for `row` (OpenTelemetry's messaging conventions), child of the span that
+/// wrote it (the trace context stored with the row), open until the broker confirms; and
+/// the row's headers with that span's context in place of the writer's, for the consumer.
+fn publish_span(row: &OutboxRow) -> (tracing::Span, FieldTable) {
+    let stored: HashMap<String, String> = row
+        .headers
+        .as_object()
+        .map(|map| {
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        "publish",
+        otel.name = %format_args!("{} publish", row.routing_key),
+        otel.kind = "producer",
+        otel.status_code = tracing::field::Empty,
+        messaging.system = "rabbitmq",
+        "messaging.operation.type" = "send",
+        messaging.destination.name = %row.exchange,
+        routing_key = %row.routing_key,
+        message_id = %row.event_id,
+    );
+    let trace = TraceContext::extract(&stored).parent_of(&span);
     let mut headers = FieldTable::default();
-    if let Some(map) = row.headers.as_object() {
-        for (key, value) in map {
-            if let Some(text) = value.as_str() {
-                headers.insert(key.as_str().into(), AMQPValue::LongString(text.into()));
-            }
-        }
+    for (key, value) in stored.into_iter().chain(trace.headers()) {
+        headers.insert(key.as_str().into(), AMQPValue::LongString(value.into()));
     }
+    (span, headers)
+}
+
+fn properties(row: &OutboxRow, headers: FieldTable) -> BasicProperties {
     BasicProperties::default()
         .with_message_id(row.event_id.to_string().into())
         .with_content_type("application/json".into())

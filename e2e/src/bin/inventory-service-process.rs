@@ -4,6 +4,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    platform::telemetry::init();
-    inventory_service::run_from_env().await
+    platform::telemetry::run("inventory-service", inventory_service::run_from_env()).await
 }

@@ -95,6 +95,7 @@ impl Stack {
             shutdown_drain: Duration::ZERO,
             identity: Default::default(),
             cors: Default::default(),
+            tls: Default::default(),
         };
         configure_orders(&mut order_config);
         let orders = start_orders(order_config).await;

@@ -6,6 +6,7 @@ mod helpers;
 mod identity;
 mod inventory_process;
 mod lost_cancellation;
+mod otlp;
 mod outages;
 mod paused_inventory;
 mod saga;

@@ -19,4 +19,5 @@ mod redis_hung;
 mod restock;
 mod rolling_update;
 mod settings;
+mod tls;
 mod validation;

@@ -26,6 +26,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("SHUTDOWN_DRAIN_SECS", "-1"),
     ("SHUTDOWN_DRAIN_SECS", "301"),
     ("SHUTDOWN_DRAIN_SECS", "five"),
+    ("REDIS_CA_FILE", "/nonexistent/ca.pem"),
+    ("AMQP_CA_FILE", "/etc/hostname"),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]

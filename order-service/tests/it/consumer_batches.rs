@@ -67,7 +67,7 @@ async fn batches_are_bounded_by_the_prefetch_and_contention_spends_no_delivery()
             .await;
     }
     let stop = CancellationToken::new();
-    let broker = Broker::new(&vhost.url);
+    let broker = Broker::new(&vhost.url, None);
     tokio::spawn(broker.clone().supervise(stop.clone()));
     let handler = Recording::default();
     let consumer = tokio::spawn(platform::consumer::run(

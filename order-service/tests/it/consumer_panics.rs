@@ -38,7 +38,7 @@ async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
     let vhost = TestVhost::create();
     let probe = AmqpProbe::connect(&vhost.url).await;
     let stop = CancellationToken::new();
-    let broker = Broker::new(&vhost.url);
+    let broker = Broker::new(&vhost.url, None);
     tokio::spawn(broker.clone().supervise(stop.clone()));
     let handler = PanicsOnBoom::default();
     // Queued before the consumer starts, so they can arrive together in one batch.

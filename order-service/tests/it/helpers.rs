@@ -44,6 +44,7 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         shutdown_drain: Duration::ZERO,
         identity: Default::default(),
         cors: Default::default(),
+        tls: Default::default(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! order-service integration tests: the real router on a random port, against the real
 //! PostgreSQL and Redis, each test with its own database and Redis key prefix.
 
+mod access_log;
 mod api_edge;
 mod consumer_batches;
 mod consumer_panics;

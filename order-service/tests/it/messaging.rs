@@ -254,7 +254,7 @@ async fn several_relays_publish_each_outbox_row_exactly_once() {
     .await
     .expect("seed");
     // The app runs one relay; two more compete for the same rows.
-    let broker = platform::amqp::Broker::new(&app.vhost.as_ref().expect("vhost").url);
+    let broker = platform::amqp::Broker::new(&app.vhost.as_ref().expect("vhost").url, None);
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(broker.clone().supervise(stop.clone()));
     for _ in 0..2 {

@@ -40,6 +40,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("AUTH_JWT_AUDIENCE", "orders"),
     ("CORS_ALLOWED_ORIGINS", "https://shop.example/path"),
     ("CORS_ALLOWED_ORIGINS", "shop.example"),
+    ("REDIS_CA_FILE", "/nonexistent/ca.pem"),
+    ("AMQP_CA_FILE", "/etc/hostname"),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]

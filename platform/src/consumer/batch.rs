@@ -9,7 +9,6 @@ use tracing::{Instrument, Span};
 
 use super::{ConsumeError, Handler, Message, Outcome};
 use crate::http::TraceContext;
-use crate::http::trace::TRACEPARENT;
 
 /// A delivery, the message handlers see, and the span its logs go to.
 #[derive(Debug)]
@@ -22,14 +21,21 @@ pub struct Received {
 impl Received {
     pub(super) fn new(delivery: Delivery) -> Self {
         let headers = delivery.properties.headers().clone().unwrap_or_default();
-        let trace = TraceContext::from_header(header_str(&headers, TRACEPARENT).as_deref());
         let previous_deliveries = header_i64(&headers, "x-delivery-count").unwrap_or(0);
+        // A consumer span (OpenTelemetry's messaging conventions), open until the delivery
+        // is settled, child of the span that published it.
         let span = tracing::info_span!(
             "message",
+            otel.name = %format_args!("{} process", delivery.routing_key),
+            otel.kind = "consumer",
+            messaging.system = "rabbitmq",
+            "messaging.operation.type" = "process",
             routing_key = %delivery.routing_key,
             message_id = delivery.properties.message_id().as_ref().map(|m| m.as_str()).unwrap_or_default(),
-            trace_id = %trace.trace_id,
+            trace_id = tracing::field::Empty,
         );
+        let trace = TraceContext::extract(&AmqpHeaders(&headers)).parent_of(&span);
+        span.record("trace_id", trace.trace_id().as_str());
         let message = Message {
             routing_key: delivery.routing_key.to_string(),
             body: delivery.data.clone(),
@@ -95,11 +101,20 @@ fn retry(reason: &'static str) -> ConsumeError {
     ConsumeError::Retry(anyhow::anyhow!(reason))
 }
 
-fn header_str(headers: &FieldTable, key: &str) -> Option<String> {
-    match headers.inner().get(key)? {
-        AMQPValue::LongString(s) => Some(s.to_string()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
-        _ => None,
+/// AMQP headers as a carrier for the W3C propagator (the publisher writes long strings).
+struct AmqpHeaders<'a>(&'a FieldTable);
+
+impl opentelemetry::propagation::Extractor for AmqpHeaders<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match self.0.inner().get(key)? {
+            AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
+            AMQPValue::ShortString(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.inner().keys().map(|k| k.as_str()).collect()
     }
 }
 

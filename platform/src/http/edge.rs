@@ -24,12 +24,12 @@ use tower_http::trace::TraceLayer;
 use super::cors::Cors;
 use super::metrics;
 use super::rate_limit::{self, Limiter, RateLimit};
-use super::trace::{TRACEPARENT, TraceContext};
+use super::trace;
 
 /// Request bodies above this are refused with 413.
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
 
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Seconds a client is asked to wait after a 503 that names no other figure.
 const RETRY_AFTER_SECS: &str = "1";
@@ -53,8 +53,8 @@ pub fn with_edge(
                 // Right inside the layer that sets it, so every answer carries the id, even
                 // one a later layer produced (a timeout, a caught panic).
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                .layer(middleware::from_fn(trace_context))
-                .layer(TraceLayer::new_for_http().make_span_with(make_span))
+                .layer(middleware::from_fn(trace::read_context))
+                .layer(TraceLayer::new_for_http().make_span_with(trace::request_span))
                 .layer(middleware::from_fn(metrics::record))
                 // Outside the refusals, so a browser can read a 401, 429 or 503 too; inside
                 // the request id, so a preflight carries one like every other answer.
@@ -89,37 +89,6 @@ async fn method_not_allowed(request: Request) -> Problem {
             request.method(),
             request.uri().path()
         ),
-    )
-}
-
-async fn trace_context(mut request: Request, next: Next) -> Response {
-    let context = TraceContext::from_header(
-        request
-            .headers()
-            .get(TRACEPARENT)
-            .and_then(|v| v.to_str().ok()),
-    );
-    request.extensions_mut().insert(context);
-    next.run(request).await
-}
-
-fn make_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
-    let request_id = request
-        .headers()
-        .get(&REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    let trace_id = request
-        .extensions()
-        .get::<TraceContext>()
-        .map(|c| c.trace_id.as_str())
-        .unwrap_or_default();
-    tracing::info_span!(
-        "http",
-        method = %request.method(),
-        path = %request.uri().path(),
-        request_id,
-        trace_id,
     )
 }
 

@@ -114,22 +114,31 @@ pub async fn remember_route(request: Request, next: Next) -> Response {
     response
 }
 
-/// Outer layer: counts and times every request, including 404s that matched no route.
+/// Outer layer: counts, times and logs (see [`super::access_log`]) every request, including
+/// 404s that matched no route.
 pub async fn record(request: Request, next: Next) -> Response {
     let method = request.method().as_str().to_owned();
+    let request_id = request
+        .headers()
+        .get(super::edge::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let started = Instant::now();
     let response = next.run(request).await;
+    let latency = started.elapsed();
     let route = response
         .extensions()
         .get::<RouteLabel>()
         .map_or_else(|| "unmatched".to_owned(), |r| r.0.clone());
+    let status = response.status().as_u16();
+    super::access_log::record(&method, &route, status, latency, &request_id);
     let labels = [
         ("method", method),
         ("route", route),
-        ("status", response.status().as_u16().to_string()),
+        ("status", status.to_string()),
     ];
     metrics::counter!(HTTP_REQUESTS_TOTAL, &labels).increment(1);
-    metrics::histogram!(HTTP_REQUEST_DURATION_SECONDS, &labels)
-        .record(started.elapsed().as_secs_f64());
+    metrics::histogram!(HTTP_REQUEST_DURATION_SECONDS, &labels).record(latency.as_secs_f64());
     response
 }

@@ -1,6 +1,7 @@
 //! The HTTP edge both services share: every error as problem+json, request ids and trace
 //! context, metrics, health endpoints, admin auth, CORS and pagination rules.
 
+pub mod access_log;
 pub mod admin;
 pub mod cors;
 pub mod edge;

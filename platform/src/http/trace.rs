@@ -1,78 +1,135 @@
-//! W3C trace context (`traceparent`): taken from the request when present, otherwise
-//! started here, and carried on into the AMQP headers of every event the request causes.
+//! W3C trace context (`traceparent`, `tracestate`) through OpenTelemetry's standard
+//! propagator: read from each request and each consumed message into the parent of its span,
+//! and written into the AMQP headers of every event that span causes, so one trace follows an
+//! order through both services.
 
-use axum::extract::FromRequestParts;
+use std::collections::HashMap;
+
+use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
-use rand::Rng;
+use axum::middleware::Next;
+use axum::response::Response;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 pub const TRACEPARENT: &str = "traceparent";
+pub const TRACESTATE: &str = "tracestate";
 
-/// One hop of a distributed trace: the trace all hops share and this hop's span.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceContext {
-    /// 32 lowercase hex digits, shared by every hop of the trace.
-    pub trace_id: String,
-    /// 16 lowercase hex digits naming this hop.
-    pub span_id: String,
-}
+/// The trace context a span passes on: what an event it causes carries to its consumer.
+#[derive(Debug, Clone, Default)]
+pub struct TraceContext(opentelemetry::Context);
 
 impl TraceContext {
-    /// Starts a new trace.
+    /// No trace yet: an event written with it starts a new trace when it is published.
     pub fn new_root() -> Self {
-        let mut rng = rand::rng();
-        Self {
-            trace_id: format!("{:032x}", rng.random::<u128>().max(1)),
-            span_id: new_span_id(&mut rng),
+        Self::default()
+    }
+
+    /// The context `carrier` (request or message headers) names; empty when it names none or
+    /// a malformed one.
+    pub fn extract(carrier: &dyn Extractor) -> Self {
+        Self(TraceContextPropagator::new().extract(carrier))
+    }
+
+    /// Makes `self` (a remote context) the parent of `span`, and returns what `span` passes
+    /// on. Without the OpenTelemetry layer (a test's own subscriber) the span has no
+    /// context of its own, and the remote one is passed on unchanged.
+    pub fn parent_of(self, span: &Span) -> Self {
+        let _ = span.set_parent(self.0.clone());
+        let own = span.context();
+        if own.span().span_context().is_valid() {
+            Self(own)
+        } else {
+            self
         }
     }
 
-    /// Continues the trace of a `traceparent` value with a new span; `None` if it is malformed.
-    pub fn continue_from(traceparent: &str) -> Option<Self> {
-        let mut parts = traceparent.trim().split('-');
-        let (version, trace_id, parent, flags) =
-            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-        let valid = hex(version, 2)
-            && version != "ff"
-            && hex(trace_id, 32)
-            && trace_id.bytes().any(|b| b != b'0')
-            && hex(parent, 16)
-            && hex(flags, 2);
-        valid.then(|| Self {
-            trace_id: trace_id.to_ascii_lowercase(),
-            span_id: new_span_id(&mut rand::rng()),
-        })
+    /// The 32 hex digits of the trace, empty when there is none.
+    pub fn trace_id(&self) -> String {
+        let span = self.0.span();
+        let context = span.span_context();
+        if context.is_valid() {
+            context.trace_id().to_string()
+        } else {
+            String::new()
+        }
     }
 
-    /// The context from a header value when it is valid, else a new root.
-    pub fn from_header(value: Option<&str>) -> Self {
-        value
-            .and_then(Self::continue_from)
-            .unwrap_or_else(Self::new_root)
-    }
-
-    /// The `traceparent` value naming this hop as the parent of the next.
-    pub fn traceparent(&self) -> String {
-        format!("00-{}-{}-01", self.trace_id, self.span_id)
+    /// `traceparent` (and `tracestate` when not empty), as headers to send on.
+    pub fn headers(&self) -> HashMap<String, String> {
+        let mut headers = HashMap::new();
+        TraceContextPropagator::new().inject_context(&self.0, &mut headers);
+        headers
     }
 }
 
-fn new_span_id(rng: &mut impl Rng) -> String {
-    format!("{:016x}", rng.random::<u64>().max(1))
+/// The remote context of a request, kept for handlers when spans have no context of their own.
+#[derive(Debug, Clone)]
+struct Remote(TraceContext);
+
+struct RequestHeaders<'a>(&'a axum::http::HeaderMap);
+
+impl Extractor for RequestHeaders<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
 }
 
-/// Handlers take the request's context (set by the edge middleware) as an argument.
+/// Middleware outside the request's span: reads the client's context.
+pub(super) async fn read_context(mut request: Request, next: Next) -> Response {
+    let remote = TraceContext::extract(&RequestHeaders(request.headers()));
+    request.extensions_mut().insert(Remote(remote));
+    next.run(request).await
+}
+
+/// The request's span (a server span in OpenTelemetry), child of the client's context.
+pub(super) fn request_span(request: &Request) -> Span {
+    let request_id = request
+        .headers()
+        .get(super::edge::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        "http",
+        otel.name = %request.method(),
+        otel.kind = "server",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id,
+        trace_id = tracing::field::Empty,
+    );
+    let remote = request
+        .extensions()
+        .get::<Remote>()
+        .map(|r| r.0.clone())
+        .unwrap_or_default();
+    let context = remote.parent_of(&span);
+    span.record("trace_id", context.trace_id().as_str());
+    span
+}
+
+/// Handlers take the context of the request's span as an argument, to hand on to the events
+/// they write.
 impl<S: Send + Sync> FromRequestParts<S> for TraceContext {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let own = Span::current().context();
+        if own.span().span_context().is_valid() {
+            return Ok(Self(own));
+        }
         Ok(parts
             .extensions
-            .get::<TraceContext>()
-            .cloned()
-            .unwrap_or_else(|| {
-                Self::from_header(parts.headers.get(TRACEPARENT).and_then(|v| v.to_str().ok()))
-            }))
+            .get::<Remote>()
+            .map(|r| r.0.clone())
+            .unwrap_or_else(|| TraceContext::extract(&RequestHeaders(&parts.headers))))
     }
 }
 
@@ -80,28 +137,29 @@ impl<S: Send + Sync> FromRequestParts<S> for TraceContext {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_valid_traceparent_is_continued_with_a_new_span() {
-        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let ctx = TraceContext::continue_from(parent).expect("valid");
-        assert_eq!(ctx.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
-        assert_ne!(ctx.span_id, "00f067aa0ba902b7");
-        assert!(
-            ctx.traceparent()
-                .starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-")
-        );
+    fn carrier(traceparent: &str) -> HashMap<String, String> {
+        HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())])
     }
 
     #[test]
-    fn malformed_traceparents_start_a_new_trace() {
+    fn a_valid_traceparent_is_passed_on_with_its_trace() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let context = TraceContext::extract(&carrier(parent));
+        assert_eq!(context.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(context.headers()[TRACEPARENT], parent);
+    }
+
+    #[test]
+    fn malformed_traceparents_carry_no_trace() {
         for bad in [
             "",
             "00-xyz-00f067aa0ba902b7-01",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
             "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         ] {
-            assert!(TraceContext::continue_from(bad).is_none(), "{bad}");
+            let context = TraceContext::extract(&carrier(bad));
+            assert_eq!(context.trace_id(), "", "{bad}");
+            assert!(context.headers().is_empty(), "{bad}");
         }
-        assert_eq!(TraceContext::new_root().trace_id.len(), 32);
     }
 }
