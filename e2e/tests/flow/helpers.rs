@@ -181,6 +181,38 @@ impl Stack {
         AmqpProbe::connect(&self.vhost.url).await
     }
 
+    /// Cancels `order_id` while inventory is down and takes its `order.cancelled` off the
+    /// queue, as a broker losing it would, then starts inventory again: only reconciliation
+    /// can give the stock back now. (A creation reconciliation published again while the order
+    /// was young may be queued too; losing it changes nothing, inventory applied it already.)
+    pub async fn cancel_and_lose_the_cancellation(&mut self, order_id: &str) {
+        self.stop_inventory().await;
+        assert_eq!(self.cancel(order_id).await["status"], "CANCELLED");
+        let probe = self.probe().await;
+        eventually(Duration::from_secs(10), || async {
+            let taken = probe
+                .get(shared::keys::INVENTORY_ORDER_EVENTS_QUEUE)
+                .await?;
+            (taken.routing_key == shared::keys::ORDER_CANCELLED).then_some(())
+        })
+        .await;
+        self.start_inventory().await;
+    }
+
+    /// Waits until order-service has recorded that inventory released `order_id`'s stock.
+    pub async fn released(&self, order_id: &str) {
+        eventually(Duration::from_secs(30), || async {
+            let released_at: Option<chrono::DateTime<chrono::Utc>> =
+                sqlx::query_scalar("SELECT released_at FROM orders WHERE order_id = $1::uuid")
+                    .bind(order_id)
+                    .fetch_one(&self.order_db.pool)
+                    .await
+                    .expect("released_at");
+            released_at
+        })
+        .await;
+    }
+
     pub async fn create_product(&self, product_id: i64, stock: i64) {
         let response = self
             .client

@@ -9,9 +9,8 @@ use order_service::auth::IdentityConfig;
 use order_service::auth::settings::KeySource;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-use shared::keys;
 
-use crate::helpers::{Stack, eventually, id};
+use crate::helpers::{Stack, id};
 
 const SECRET: &[u8] = b"the e2e identity secret, 32 bytes or more";
 
@@ -81,25 +80,10 @@ async fn a_users_order_settles_cancels_and_is_reconciled_with_identity_on() {
 
     // A cancellation lost on its way: reconciliation asks inventory (with the admin token)
     // and sends it again, and the stock comes back once.
-    stack.stop_inventory().await;
-    assert_eq!(stack.cancel(&id(&cancelled)).await["status"], "CANCELLED");
-    let probe = stack.probe().await;
-    eventually(Duration::from_secs(10), || async {
-        let taken = probe.get(keys::INVENTORY_ORDER_EVENTS_QUEUE).await?;
-        (taken.routing_key == keys::ORDER_CANCELLED).then_some(())
-    })
-    .await;
-    stack.start_inventory().await;
-    eventually(Duration::from_secs(30), || async {
-        let released_at: Option<chrono::DateTime<chrono::Utc>> =
-            sqlx::query_scalar("SELECT released_at FROM orders WHERE order_id = $1::uuid")
-                .bind(id(&cancelled))
-                .fetch_one(&stack.order_db.pool)
-                .await
-                .expect("released_at");
-        released_at
-    })
-    .await;
+    stack
+        .cancel_and_lose_the_cancellation(&id(&cancelled))
+        .await;
+    stack.released(&id(&cancelled)).await;
     let reservation = stack
         .reservation(&id(&cancelled))
         .await

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use shared::keys;
 
-use crate::helpers::{Stack, eventually, id};
+use crate::helpers::{Stack, id};
 
 #[tokio::test]
 async fn a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once() {
@@ -27,31 +27,12 @@ async fn a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once() {
     }
     assert_eq!(stack.stock(1001).await, 5);
 
-    stack.stop_inventory().await;
-    assert_eq!(stack.cancel(&id(&cancelled)).await["status"], "CANCELLED");
-    // The cancellation reaches the queue and is lost there (taken by someone else). A creation
-    // reconciliation published again while the order was young may be queued too; losing
-    // it changes nothing, inventory applied the order already.
-    let probe = stack.probe().await;
-    eventually(Duration::from_secs(10), || async {
-        let taken = probe.get(keys::INVENTORY_ORDER_EVENTS_QUEUE).await?;
-        (taken.routing_key == keys::ORDER_CANCELLED).then_some(())
-    })
-    .await;
-    stack.start_inventory().await;
-
+    stack
+        .cancel_and_lose_the_cancellation(&id(&cancelled))
+        .await;
     // Sent again by reconciliation, released by inventory, and that recorded by order-service
     // (from inventory.released or the next round's answer): no more rounds for this order.
-    eventually(Duration::from_secs(30), || async {
-        let released_at: Option<chrono::DateTime<chrono::Utc>> =
-            sqlx::query_scalar("SELECT released_at FROM orders WHERE order_id = $1::uuid")
-                .bind(id(&cancelled))
-                .fetch_one(&stack.order_db.pool)
-                .await
-                .expect("released_at");
-        released_at
-    })
-    .await;
+    stack.released(&id(&cancelled)).await;
     let reservation = stack
         .reservation(&id(&cancelled))
         .await
@@ -71,5 +52,5 @@ async fn a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once() {
         "the lost cancellation and at least one sent again"
     );
     let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
-    assert_eq!(probe.ready(&dlq).await, 0);
+    assert_eq!(stack.probe().await.ready(&dlq).await, 0);
 }
