@@ -18,6 +18,8 @@ pub mod outbox;
 #[cfg(feature = "testing")]
 pub mod private_redis;
 #[cfg(feature = "testing")]
+pub mod private_sentinel;
+#[cfg(feature = "testing")]
 pub mod private_tls;
 pub mod redis_conn;
 pub mod redis_health;

@@ -21,9 +21,13 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// A locker on `redis` with its own health check running until the token is dropped.
 fn watched_locker(redis: &PrivateRedis) -> (Locker, RedisHealth, tokio_util::sync::DropGuard) {
     platform::testing::init_logs();
-    let conn =
-        platform::redis_conn::connect_with_timeout(&redis.url, Duration::from_millis(300), None)
-            .expect("a Redis manager");
+    let conn = platform::redis_conn::connect_with_timeout(
+        &redis.url,
+        None,
+        Duration::from_millis(300),
+        None,
+    )
+    .expect("a Redis manager");
     let health = RedisHealth::default();
     let stop = CancellationToken::new();
     tokio::spawn(
