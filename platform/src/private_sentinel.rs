@@ -226,6 +226,30 @@ impl PrivateSentinel {
         .await;
     }
 
+    /// The keys matching `pattern` on the node at `port` (`KEYS`: the deployment is a
+    /// test's own and small).
+    pub async fn keys(&self, port: u16, pattern: &str) -> Vec<String> {
+        let mut node = self.node(port).await;
+        redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut node)
+            .await
+            .expect("KEYS on a data node")
+    }
+
+    /// Deletes `keys` on the node at `port`.
+    pub async fn delete(&self, port: u16, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut node = self.node(port).await;
+        redis::cmd("DEL")
+            .arg(keys)
+            .query_async::<()>(&mut node)
+            .await
+            .expect("DEL on a data node");
+    }
+
     /// A plain connection of the test's own to one node, for checks behind the services.
     pub async fn node(&self, port: u16) -> redis::aio::MultiplexedConnection {
         redis::Client::open(Self::url(port))
