@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
-use inventory_service::lock::{LockOptions, Locker};
+use inventory_service::lock::Locker;
 use platform::private_sentinel::PrivateSentinel;
 use platform::redis_conn::RedisConnection;
-use platform::redis_health::RedisHealth;
-use platform::testing::{eventually, redis_prefix};
+use platform::testing::eventually;
 use redis::AsyncCommands;
 use shared::ids::ProductId;
-use shared::keys::RedisKeys;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::DropGuard;
 
 /// A failover takes the Sentinels' down-after time, an election and a promotion: seconds.
 const FAILOVER: Duration = Duration::from_secs(60);
@@ -22,7 +20,6 @@ const PRODUCT: ProductId = ProductId(7);
 /// A locker on a connection through `deployment`'s Sentinels, with the health check the
 /// services run, until the guard is dropped.
 fn locker_through(deployment: &PrivateSentinel) -> (Locker, RedisConnection, DropGuard) {
-    platform::testing::init_logs();
     // The Sentinels say where the primary is; this URL's port is never used.
     let conn = platform::redis_conn::connect_with_timeout(
         &PrivateSentinel::url(1),
@@ -31,24 +28,8 @@ fn locker_through(deployment: &PrivateSentinel) -> (Locker, RedisConnection, Dro
         None,
     )
     .expect("a Redis connection through Sentinel");
-    let health = RedisHealth::default();
-    let stop = CancellationToken::new();
-    tokio::spawn(
-        health
-            .clone()
-            .watch(conn.clone(), Duration::from_millis(200), stop.clone()),
-    );
-    let locker = Locker::new(
-        conn.clone(),
-        RedisKeys::new(redis_prefix()),
-        LockOptions {
-            ttl: Duration::from_secs(10),
-            wait: Duration::from_secs(5),
-            renew: true,
-        },
-        health,
-    );
-    (locker, conn, stop.drop_guard())
+    let (locker, _, watch) = crate::helpers::watched_locker(conn.clone());
+    (locker, conn, watch)
 }
 
 /// Takes the product's lock and answers whether its key was on the node at `port` while
