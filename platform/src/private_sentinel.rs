@@ -1,12 +1,14 @@
 //! A Redis Sentinel deployment of a test's own: a primary, one replica and three
-//! `redis-server --sentinel` processes on ports of a range the test gives, with data and config files
-//! in a temporary directory of its own, so a test can kill the primary and watch the
-//! Sentinels promote the replica (which the shared Redis of the machine must never see).
+//! `redis-server --sentinel` processes on ports of a range the test gives, plain or TLS only,
+//! with data and config files in a temporary directory of its own, so a test can kill the
+//! primary and watch the Sentinels promote the replica (which the shared Redis of the machine
+//! must never see).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::private_tls::TestCa;
 use crate::redis_conn::Sentinels;
 use crate::testing::eventually;
 
@@ -28,6 +30,16 @@ pub struct PrivateSentinel {
     nodes: Vec<Process>,
     sentinels: Vec<Process>,
     dir: PathBuf,
+    /// With TLS only: the server's certificate, key and CA files, and the CA's PEM.
+    tls: Option<Tls>,
+}
+
+#[derive(Debug)]
+struct Tls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    ca_pem: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -51,6 +63,22 @@ impl PrivateSentinel {
     /// local port), and waits until the replica is in sync and every Sentinel knows the
     /// replica and the two other Sentinels (until then a failover could not be agreed).
     pub async fn start(ports: std::ops::Range<u16>) -> Self {
+        Self::start_with(ports, None).await
+    }
+
+    /// [`PrivateSentinel::start`], every process (Sentinels included) speaking TLS only with
+    /// `ca`'s server certificate, replication too: what `rediss://` with `REDIS_CA_FILE` meets.
+    pub async fn start_tls(ports: std::ops::Range<u16>, ca: &TestCa) -> Self {
+        let tls = Tls {
+            cert: ca.cert_file(),
+            key: ca.key_file(),
+            ca: ca.ca_file(),
+            ca_pem: std::fs::read(ca.ca_file()).expect("the test CA"),
+        };
+        Self::start_with(ports, Some(tls)).await
+    }
+
+    async fn start_with(ports: std::ops::Range<u16>, tls: Option<Tls>) -> Self {
         let range = ports.clone();
         let ports: Vec<u16> = ports
             .filter(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
@@ -63,6 +91,7 @@ impl PrivateSentinel {
             nodes: Vec::new(),
             sentinels: Vec::new(),
             dir,
+            tls,
         };
         let primary = ports[0];
         deployment.nodes.push(deployment.data_node(primary, None));
@@ -81,8 +110,13 @@ impl PrivateSentinel {
         let dir = self.dir.join(port.to_string());
         std::fs::create_dir_all(&dir).expect("a node directory");
         let mut command = Command::new("redis-server");
+        let listen = self.listen(port);
+        for line in listen.lines() {
+            let (name, value) = line.split_once(' ').expect("a directive and its value");
+            command.args([format!("--{name}"), value.to_owned()]);
+        }
         command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&dir)
@@ -103,11 +137,12 @@ impl PrivateSentinel {
         std::fs::write(
             &file,
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                "{listen}bind 127.0.0.1\ndir {dir}\n\
                  sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
                  sentinel down-after-milliseconds {MASTER} {down_after}\n\
                  sentinel failover-timeout {MASTER} 3000\n\
                  sentinel parallel-syncs {MASTER} 1\n",
+                listen = self.listen(port),
                 dir = dir.display()
             ),
         )
@@ -117,19 +152,62 @@ impl PrivateSentinel {
         spawn(port, command)
     }
 
+    /// Config lines that make a process listen on `port`: plain, or TLS only (replication and
+    /// the Sentinels' own connections included).
+    fn listen(&self, port: u16) -> String {
+        match &self.tls {
+            None => format!("port {port}\n"),
+            Some(tls) => format!(
+                "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+                 tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+                tls.cert.display(),
+                tls.key.display(),
+                tls.ca.display()
+            ),
+        }
+    }
+
+    /// A client of the test's own for the process on `port`.
+    fn client(&self, port: u16) -> redis::Client {
+        match &self.tls {
+            None => redis::Client::open(Self::url(port)),
+            Some(tls) => redis::Client::build_with_tls(
+                format!("rediss://127.0.0.1:{port}/0"),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(tls.ca_pem.clone()),
+                },
+            ),
+        }
+        .expect("a Redis URL")
+    }
+
+    /// One command to the process on `port`; `None` when it cannot be sent or fails.
+    async fn query<T: redis::FromRedisValue>(&self, port: u16, cmd: &redis::Cmd) -> Option<T> {
+        let mut conn = self
+            .client(port)
+            .get_multiplexed_async_connection()
+            .await
+            .ok()?;
+        cmd.query_async(&mut conn).await.ok()
+    }
+
     async fn await_ready(&self, replica: u16) {
         eventually(PATIENCE, || async {
-            let info: String = query(replica, redis::cmd("INFO").arg("replication")).await?;
+            let info: String = self
+                .query(replica, redis::cmd("INFO").arg("replication"))
+                .await?;
             info.contains("master_link_status:up").then_some(())
         })
         .await;
         for sentinel in &self.sentinels {
             eventually(PATIENCE, || async {
-                let fields: Vec<String> = query(
-                    sentinel.port,
-                    redis::cmd("SENTINEL").arg("master").arg(MASTER),
-                )
-                .await?;
+                let fields: Vec<String> = self
+                    .query(
+                        sentinel.port,
+                        redis::cmd("SENTINEL").arg("master").arg(MASTER),
+                    )
+                    .await?;
                 let field = |name: &str| {
                     let at = fields.iter().position(|f| f == name)?;
                     fields.get(at + 1).cloned()
@@ -172,13 +250,14 @@ impl PrivateSentinel {
     pub async fn primary_port(&self) -> u16 {
         eventually(PATIENCE, || async {
             for sentinel in &self.sentinels {
-                let named: Option<(String, u16)> = query(
-                    sentinel.port,
-                    redis::cmd("SENTINEL")
-                        .arg("get-master-addr-by-name")
-                        .arg(MASTER),
-                )
-                .await;
+                let named: Option<(String, u16)> = self
+                    .query(
+                        sentinel.port,
+                        redis::cmd("SENTINEL")
+                            .arg("get-master-addr-by-name")
+                            .arg(MASTER),
+                    )
+                    .await;
                 if let Some((_, port)) = named {
                     return Some(port);
                 }
@@ -207,7 +286,7 @@ impl PrivateSentinel {
             if port == old {
                 return None;
             }
-            let role: Vec<redis::Value> = query(port, &redis::cmd("ROLE")).await?;
+            let role: Vec<redis::Value> = self.query(port, &redis::cmd("ROLE")).await?;
             matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
                 .then_some(port)
         })
@@ -219,8 +298,9 @@ impl PrivateSentinel {
     pub async fn force_failover(&self) {
         let sentinel = self.sentinels[0].port;
         eventually(PATIENCE, || async {
-            let ok: String =
-                query(sentinel, redis::cmd("SENTINEL").arg("failover").arg(MASTER)).await?;
+            let ok: String = self
+                .query(sentinel, redis::cmd("SENTINEL").arg("failover").arg(MASTER))
+                .await?;
             (ok == "OK").then_some(())
         })
         .await;
@@ -252,8 +332,7 @@ impl PrivateSentinel {
 
     /// A plain connection of the test's own to one node, for checks behind the services.
     pub async fn node(&self, port: u16) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(Self::url(port))
-            .expect("a Redis URL")
+        self.client(port)
             .get_multiplexed_async_connection()
             .await
             .expect("a connection to a data node")
@@ -279,11 +358,4 @@ fn spawn(port: u16, mut command: Command) -> Process {
         port,
         child: Some(child),
     }
-}
-
-/// One command to `127.0.0.1:<port>`; `None` when it cannot be sent or fails.
-async fn query<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Option<T> {
-    let client = redis::Client::open(PrivateSentinel::url(port)).ok()?;
-    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-    cmd.query_async(&mut conn).await.ok()
 }

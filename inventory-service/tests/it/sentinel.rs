@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use inventory_service::lock::Locker;
 use platform::private_sentinel::PrivateSentinel;
+use platform::private_tls::TestCa;
 use platform::redis_conn::RedisConnection;
 use platform::testing::eventually;
+use platform::tls::CaBundle;
 use redis::AsyncCommands;
 use shared::ids::ProductId;
 use tokio_util::sync::DropGuard;
@@ -21,11 +23,20 @@ const PRODUCT: ProductId = ProductId(7);
 /// services run, until the guard is dropped.
 fn locker_through(deployment: &PrivateSentinel) -> (Locker, RedisConnection, DropGuard) {
     // The Sentinels say where the primary is; this URL's port is never used.
+    locker_through_as(deployment, &PrivateSentinel::url(1), None)
+}
+
+/// [`locker_through`] with `url` for the data nodes, trusting `ca`.
+fn locker_through_as(
+    deployment: &PrivateSentinel,
+    url: &str,
+    ca: Option<&CaBundle>,
+) -> (Locker, RedisConnection, DropGuard) {
     let conn = platform::redis_conn::connect_with_timeout(
-        &PrivateSentinel::url(1),
+        url,
         Some(&deployment.sentinels()),
         Duration::from_millis(300),
-        None,
+        ca,
     )
     .expect("a Redis connection through Sentinel");
     let (locker, _, watch) = crate::helpers::watched_locker(conn.clone());
@@ -77,4 +88,19 @@ async fn a_primary_demoted_while_it_runs_is_left_for_the_one_promoted() {
         conn.primary_address(),
         Some(format!("127.0.0.1:{promoted}"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_rediss_the_sentinels_and_the_primary_they_name_are_reached_over_tls() {
+    let ca = TestCa::new();
+    let mut deployment = PrivateSentinel::start_tls(56230..56245, &ca).await;
+    let trusted = CaBundle::load(ca.ca_file()).expect("the test CA");
+    let (locker, _, _watch) =
+        locker_through_as(&deployment, "rediss://127.0.0.1:1/0", Some(&trusted));
+    let first = deployment.primary_port().await;
+    eventually(FAILOVER, || lock_lands_on(&deployment, &locker, first)).await;
+
+    let killed = deployment.kill_primary().await;
+    let promoted = deployment.await_failover(killed).await;
+    eventually(FAILOVER, || lock_lands_on(&deployment, &locker, promoted)).await;
 }
