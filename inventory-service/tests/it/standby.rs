@@ -1,0 +1,83 @@
+//! `DATABASE_URLS` naming a primary and its synchronous standby, on a pair this test starts:
+//! the pool writes to the primary wherever it is listed, follows the standby once the
+//! primary stops and the standby is promoted (no restart), keeps what was committed before,
+//! and does not go back to the old primary when it returns.
+
+use std::time::Duration;
+
+use platform::db::{PoolSettings, connect_and_migrate};
+use platform::private_standby::PrivateStandby;
+use platform::testing::eventually;
+use sqlx::PgPool;
+
+/// The port of the server `pool`'s connections talk to.
+async fn server_port(pool: &PgPool) -> u16 {
+    let port: i32 = sqlx::query_scalar("SELECT inet_server_port()")
+        .fetch_one(pool)
+        .await
+        .expect("the server's port");
+    u16::try_from(port).expect("a port")
+}
+
+async fn write(pool: &PgPool, mark: i32) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO switch_marks (mark) VALUES ($1) ON CONFLICT DO NOTHING")
+        .bind(mark)
+        .execute(pool)
+        .await
+        .map(drop)
+}
+
+async fn connect(urls: &[String]) -> PgPool {
+    connect_and_migrate(urls, &PoolSettings::default(), &inventory_service::MIGRATOR)
+        .await
+        .expect("connects to the primary")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_follow_the_standby_promoted_after_the_primary_stops_and_never_go_back() {
+    let pair = tokio::task::spawn_blocking(PrivateStandby::start)
+        .await
+        .expect("the pair starts");
+    let urls = pair.urls("inventory");
+    let standby_first: Vec<String> = urls.iter().rev().cloned().collect();
+    let pool = connect(&standby_first).await;
+    assert_eq!(
+        server_port(&pool).await,
+        pair.primary.port,
+        "the standby is skipped"
+    );
+    sqlx::query("CREATE TABLE switch_marks (mark int PRIMARY KEY)")
+        .execute(&pool)
+        .await
+        .expect("create a table");
+    write(&pool, 1).await.expect("a write on the primary");
+
+    tokio::task::block_in_place(|| pair.fail_over());
+    // Requests fail while the pool still tries the stopped primary; then they go through.
+    eventually(Duration::from_secs(60), || async {
+        write(&pool, 2).await.ok()
+    })
+    .await;
+    assert_eq!(server_port(&pool).await, pair.standby.port);
+    let marks: Vec<i32> = sqlx::query_scalar("SELECT mark FROM switch_marks ORDER BY mark")
+        .fetch_all(&pool)
+        .await
+        .expect("read the marks");
+    assert_eq!(
+        marks,
+        [1, 2],
+        "the commit of before the switch is on the new primary"
+    );
+
+    // The old primary comes back as a primary (on the timeline it left): a pool started now
+    // with it first in the list still chooses the promoted standby, and the pool that
+    // followed the switch stays there.
+    tokio::task::block_in_place(|| pair.primary.start());
+    let fresh = connect(&urls).await;
+    assert_eq!(server_port(&fresh).await, pair.standby.port);
+    tokio::time::sleep(platform::db::primary::CHECK_EVERY * 2).await;
+    write(&pool, 3)
+        .await
+        .expect("a write after the old primary is back");
+    assert_eq!(server_port(&pool).await, pair.standby.port);
+}
