@@ -63,10 +63,11 @@ impl PrivateStandby {
         ]
     }
 
-    /// The switch-over: the primary stops (`fast`: sessions ended, clean shutdown), then
-    /// the standby is promoted.
-    pub fn fail_over(&self) {
-        self.primary.stop("fast");
+    /// The switch-over: the primary stops (`stop_mode` as [`PostgresNode::stop`] takes it:
+    /// `fast` for a clean shutdown, `immediate` for what a crash leaves), then the standby
+    /// is promoted.
+    pub fn fail_over(&self, stop_mode: &str) {
+        self.primary.stop(stop_mode);
         self.standby.promote();
     }
 }

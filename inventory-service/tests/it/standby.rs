@@ -52,7 +52,7 @@ async fn writes_follow_the_standby_promoted_after_the_primary_stops_and_never_go
         .expect("create a table");
     write(&pool, 1).await.expect("a write on the primary");
 
-    tokio::task::block_in_place(|| pair.fail_over());
+    tokio::task::block_in_place(|| pair.fail_over("fast"));
     // Requests fail while the pool still tries the stopped primary; then they go through.
     eventually(Duration::from_secs(60), || async {
         write(&pool, 2).await.ok()
