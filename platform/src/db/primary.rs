@@ -6,8 +6,9 @@
 //! sessions not read-only). Every new connection is asked again before the pool hands it
 //! out, so a standby, or a primary that has since become one, never gets a statement. A
 //! watcher asks the chosen host every [`CHECK_EVERY`]; when it stops answering or refuses
-//! writes (SQLSTATE 25006 from then on), the hosts are asked again and the pool's
-//! connections to the old one are dropped as they come back.
+//! writes (a server made read-only under open sessions answers them SQLSTATE 25006), the
+//! hosts are asked again, the pool opens its new connections on the one that takes writes,
+//! and the connections opened before are closed instead of handed out.
 //!
 //! A primary that comes back after its standby was promoted also says it takes writes. A
 //! promotion starts a new timeline, so when several hosts take writes the one on the
@@ -120,8 +121,8 @@ pub struct Found {
 
 impl Primary {
     /// Asks every host in `hosts` (at once, each through `ask_on`'s options of it) and
-    /// chooses the one to write to; `None` when none takes writes. The connection made to
-    /// ask it comes with the answer.
+    /// chooses the one to write to, with the connection made to ask it; or what each host
+    /// said when none takes writes.
     pub async fn find(
         hosts: Vec<PgConnectOptions>,
         ask_on: Vec<PgConnectOptions>,
@@ -158,9 +159,11 @@ impl Primary {
             });
             return Err(NoPrimary(said.collect()));
         };
-        self.timeline.store(timeline, Ordering::Release);
+        // Another host, or the same name on a new timeline (a failover behind one address):
+        // connections opened before may talk to a server that no longer is the primary.
+        let previous_timeline = self.timeline.swap(timeline, Ordering::AcqRel);
         let previous = self.chosen.swap(index, Ordering::AcqRel);
-        if previous != index {
+        if (previous, previous_timeline) != (index, timeline) {
             *self.switched_at.lock().expect("not poisoned") = Some(Instant::now());
         }
         let (_, conn) = std::mem::replace(&mut answers[index], Err(String::new()))
@@ -185,8 +188,8 @@ impl Primary {
         }
     }
 
-    /// For `before_acquire`: whether an idle connection of `age` was opened after the
-    /// last change of host, so it talks to the host the pool should write to.
+    /// For `before_acquire`: whether an idle connection of `meta.age` was opened after the
+    /// last change of primary, so it talks to the server the pool should write to.
     pub fn is_current(&self, meta: &PoolConnectionMetadata) -> bool {
         match *self.switched_at.lock().expect("not poisoned") {
             Some(at) => meta.age < at.elapsed(),
