@@ -80,8 +80,8 @@ pub fn millis_at_least(name: &str, default: u64, min: u64) -> anyhow::Result<Dur
 
 /// The service's PostgreSQL: `DATABASE_URLS` (a primary and its standbys, comma-separated,
 /// in any order) or `DATABASE_URL` (one host), else `default`; each URL checked at start.
-/// Both set is refused: which of the two is meant cannot be told, and a list that was added
-/// while the single URL stayed behind would otherwise be ignored without a word.
+/// Both set is refused: which of the two is meant cannot be told, and whichever one a rule of
+/// precedence passed over would be ignored without a word.
 pub fn database_urls(default: &str) -> anyhow::Result<Vec<String>> {
     let (name, urls): (&str, Vec<String>) =
         match (optional("DATABASE_URLS"), optional("DATABASE_URL")) {
