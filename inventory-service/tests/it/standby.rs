@@ -1,7 +1,8 @@
-//! `DATABASE_URLS` naming a primary and its synchronous standby, on a pair this test starts:
+//! `DATABASE_URLS` naming a primary and its synchronous standby, on a pair each test starts:
 //! the pool writes to the primary wherever it is listed, follows the standby once the
-//! primary stops and the standby is promoted (no restart), keeps what was committed before,
-//! and does not go back to the old primary when it returns.
+//! primary stops (or refuses writes, SQLSTATE 25006) and the standby is promoted, with no
+//! restart, keeps what was committed before, and does not go back to the old primary when
+//! it returns.
 
 use std::time::Duration;
 
@@ -80,4 +81,49 @@ async fn writes_follow_the_standby_promoted_after_the_primary_stops_and_never_go
         .await
         .expect("a write after the old primary is back");
     assert_eq!(server_port(&pool).await, pair.standby.port);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_primary_made_read_only_under_open_sessions_is_left_for_the_host_that_takes_writes() {
+    let pair = tokio::task::spawn_blocking(PrivateStandby::start)
+        .await
+        .expect("the pair starts");
+    let pool = connect(&pair.urls("inventory")).await;
+    sqlx::query("CREATE TABLE switch_marks (mark int PRIMARY KEY)")
+        .execute(&pool)
+        .await
+        .expect("create a table");
+    write(&pool, 1).await.expect("a write on the primary");
+
+    // Read-only from their next transaction on, for the sessions the pool holds too.
+    tokio::task::block_in_place(|| {
+        pair.primary
+            .psql("ALTER SYSTEM SET default_transaction_read_only = on");
+        pair.primary.psql("SELECT pg_reload_conf()");
+    });
+    eventually(Duration::from_secs(10), || async {
+        let on = tokio::task::block_in_place(|| {
+            pair.primary.psql("SHOW default_transaction_read_only") == "on"
+        });
+        on.then_some(())
+    })
+    .await;
+    let refused = write(&pool, 2)
+        .await
+        .expect_err("a read-only primary refuses writes");
+    let code = refused.as_database_error().and_then(|e| e.code());
+    assert_eq!(code.as_deref(), Some("25006"), "{refused}");
+
+    // Nothing takes writes until the standby is promoted; then the pool moves to it.
+    tokio::task::block_in_place(|| pair.standby.promote());
+    eventually(Duration::from_secs(60), || async {
+        write(&pool, 2).await.ok()
+    })
+    .await;
+    assert_eq!(server_port(&pool).await, pair.standby.port);
+    let marks: Vec<i32> = sqlx::query_scalar("SELECT mark FROM switch_marks ORDER BY mark")
+        .fetch_all(&pool)
+        .await
+        .expect("read the marks");
+    assert_eq!(marks, [1, 2]);
 }
