@@ -28,6 +28,34 @@ async fn write(pool: &PgPool, mark: i32) -> Result<(), sqlx::Error> {
         .map(drop)
 }
 
+/// Once the pool has moved to the promoted standby: mark 2 is written there (requests fail
+/// while the pool still holds to the old primary), beside mark 1 from before the switch.
+async fn await_writes_on_the_new_primary(pool: &PgPool, pair: &PrivateStandby) {
+    eventually(Duration::from_secs(60), || async {
+        write(pool, 2).await.ok()
+    })
+    .await;
+    assert_eq!(server_port(pool).await, pair.standby.port);
+    let marks: Vec<i32> = sqlx::query_scalar("SELECT mark FROM switch_marks ORDER BY mark")
+        .fetch_all(pool)
+        .await
+        .expect("read the marks");
+    assert_eq!(
+        marks,
+        [1, 2],
+        "the commit of before the switch is on the new primary"
+    );
+}
+
+/// A table of marks on `pool`'s primary, holding mark 1.
+async fn first_mark(pool: &PgPool) {
+    sqlx::query("CREATE TABLE switch_marks (mark int PRIMARY KEY)")
+        .execute(pool)
+        .await
+        .expect("create a table");
+    write(pool, 1).await.expect("a write on the primary");
+}
+
 async fn connect(urls: &[String]) -> PgPool {
     connect_and_migrate(urls, &PoolSettings::default(), &inventory_service::MIGRATOR)
         .await
@@ -47,28 +75,10 @@ async fn writes_follow_the_standby_promoted_after_the_primary_stops_and_never_go
         pair.primary.port,
         "the standby is skipped"
     );
-    sqlx::query("CREATE TABLE switch_marks (mark int PRIMARY KEY)")
-        .execute(&pool)
-        .await
-        .expect("create a table");
-    write(&pool, 1).await.expect("a write on the primary");
+    first_mark(&pool).await;
 
     tokio::task::block_in_place(|| pair.fail_over("fast"));
-    // Requests fail while the pool still tries the stopped primary; then they go through.
-    eventually(Duration::from_secs(60), || async {
-        write(&pool, 2).await.ok()
-    })
-    .await;
-    assert_eq!(server_port(&pool).await, pair.standby.port);
-    let marks: Vec<i32> = sqlx::query_scalar("SELECT mark FROM switch_marks ORDER BY mark")
-        .fetch_all(&pool)
-        .await
-        .expect("read the marks");
-    assert_eq!(
-        marks,
-        [1, 2],
-        "the commit of before the switch is on the new primary"
-    );
+    await_writes_on_the_new_primary(&pool, &pair).await;
 
     // The old primary comes back as a primary (on the timeline it left): a pool started now
     // with it first in the list still chooses the promoted standby, and the pool that
@@ -89,11 +99,7 @@ async fn a_primary_made_read_only_under_open_sessions_is_left_for_the_host_that_
         .await
         .expect("the pair starts");
     let pool = connect(&pair.urls("inventory")).await;
-    sqlx::query("CREATE TABLE switch_marks (mark int PRIMARY KEY)")
-        .execute(&pool)
-        .await
-        .expect("create a table");
-    write(&pool, 1).await.expect("a write on the primary");
+    first_mark(&pool).await;
 
     // Read-only from their next transaction on, for the sessions the pool holds too.
     tokio::task::block_in_place(|| {
@@ -116,14 +122,5 @@ async fn a_primary_made_read_only_under_open_sessions_is_left_for_the_host_that_
 
     // Nothing takes writes until the standby is promoted; then the pool moves to it.
     tokio::task::block_in_place(|| pair.standby.promote());
-    eventually(Duration::from_secs(60), || async {
-        write(&pool, 2).await.ok()
-    })
-    .await;
-    assert_eq!(server_port(&pool).await, pair.standby.port);
-    let marks: Vec<i32> = sqlx::query_scalar("SELECT mark FROM switch_marks ORDER BY mark")
-        .fetch_all(&pool)
-        .await
-        .expect("read the marks");
-    assert_eq!(marks, [1, 2]);
+    await_writes_on_the_new_primary(&pool, &pair).await;
 }
