@@ -19,5 +19,6 @@ mod redis_hung;
 mod restock;
 mod rolling_update;
 mod settings;
+mod standby;
 mod tls;
 mod validation;
