@@ -13,9 +13,10 @@ use platform::tls::ClientTls;
 pub struct Config {
     /// `HTTP_ADDR`: where the HTTP API listens. Default `127.0.0.1:8081`.
     pub http_addr: SocketAddr,
-    /// `DATABASE_URL`: the service's own PostgreSQL database, created on start when missing.
+    /// `DATABASE_URLS` (a primary and its standbys) or `DATABASE_URL`: the service's own
+    /// PostgreSQL database, created on start when missing, on whichever host takes writes.
     /// Default `postgres://postgres@127.0.0.1:5432/inventory`.
-    pub database_url: String,
+    pub database_urls: Vec<String>,
     /// `DATABASE_MAX_CONNECTIONS`: size of the connection pool. Default `20`.
     pub database_max_connections: u32,
     /// `REDIS_URL`: the Redis that holds the stock locks. Default `redis://127.0.0.1:6379/0`.
@@ -69,7 +70,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
-            database_url: "postgres://postgres@127.0.0.1:5432/inventory".to_owned(),
+            database_urls: vec!["postgres://postgres@127.0.0.1:5432/inventory".to_owned()],
             database_max_connections: 20,
             redis_url: "redis://127.0.0.1:6379/0".to_owned(),
             redis_sentinels: None,
@@ -96,7 +97,7 @@ impl Config {
         let defaults = Self::default();
         Ok(Self {
             http_addr: config::parsed("HTTP_ADDR", defaults.http_addr)?,
-            database_url: config::string("DATABASE_URL", &defaults.database_url),
+            database_urls: config::database_urls(&defaults.database_urls[0])?,
             database_max_connections: config::at_least(
                 "DATABASE_MAX_CONNECTIONS",
                 defaults.database_max_connections,

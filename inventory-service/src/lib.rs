@@ -61,7 +61,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         max_connections: config.database_max_connections,
         ..PoolSettings::default()
     };
-    let db = platform::db::connect_and_migrate(&config.database_url, &settings, &MIGRATOR)
+    let db = platform::db::connect_and_migrate(&config.database_urls, &settings, &MIGRATOR)
         .await
         .context("preparing the database")?;
     let redis = platform::redis_conn::connect_with_timeout(

@@ -18,8 +18,9 @@ use crate::signed_token::TokenSecret;
 pub struct Config {
     /// `HTTP_ADDR`: where the API listens.
     pub http_addr: SocketAddr,
-    /// `DATABASE_URL`: the service's own database, created at start when missing.
-    pub database_url: String,
+    /// `DATABASE_URLS` (a primary and its standbys) or `DATABASE_URL`: the service's own
+    /// database, created at start when missing, on whichever host takes writes.
+    pub database_urls: Vec<String>,
     /// `DATABASE_MAX_CONNECTIONS`: pool size.
     pub database_max_connections: u32,
     /// `REDIS_URL`: idempotency token store. With Sentinels, only how to talk to the primary
@@ -76,7 +77,7 @@ impl Config {
             http_addr: http_addr
                 .parse()
                 .with_context(|| format!("HTTP_ADDR={http_addr:?} is not a socket address"))?,
-            database_url: env::string("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/orders"),
+            database_urls: env::database_urls("postgres://postgres@127.0.0.1:5432/orders")?,
             database_max_connections: env::at_least("DATABASE_MAX_CONNECTIONS", 20, 1)?,
             redis_url: env::string("REDIS_URL", "redis://127.0.0.1:6379/0"),
             redis_sentinels: Sentinels::from_env()?,

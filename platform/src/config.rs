@@ -78,6 +78,40 @@ pub fn millis_at_least(name: &str, default: u64, min: u64) -> anyhow::Result<Dur
     at_least(name, default, min).map(Duration::from_millis)
 }
 
+/// The service's PostgreSQL: `DATABASE_URLS` (a primary and its standbys, comma-separated,
+/// in any order) or `DATABASE_URL` (one host), else `default`; each URL checked at start.
+/// Both set is refused: which of the two is meant cannot be told, and whichever one a rule of
+/// precedence passed over would be ignored without a word.
+pub fn database_urls(default: &str) -> anyhow::Result<Vec<String>> {
+    let (name, urls): (&str, Vec<String>) =
+        match (optional("DATABASE_URLS"), optional("DATABASE_URL")) {
+            (Some(_), Some(_)) => bail!(
+                "environment variables DATABASE_URL and DATABASE_URLS are both set: set one \
+                 (DATABASE_URLS for a primary and its standbys)"
+            ),
+            (Some(list), None) => (
+                "DATABASE_URLS",
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|url| !url.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            (None, one) => (
+                "DATABASE_URL",
+                vec![one.unwrap_or_else(|| default.to_owned())],
+            ),
+        };
+    if urls.is_empty() {
+        bail!("environment variable {name} names no URL");
+    }
+    for url in &urls {
+        crate::db::connect_options(url)
+            .with_context(|| format!("environment variable {name} is not valid"))?;
+    }
+    Ok(urls)
+}
+
 /// An AMQP URL, checked at start: the broker supervisor connects lazily and would otherwise
 /// retry a URL that can never work for as long as the service runs.
 pub fn amqp_url(name: &str, default: &str) -> anyhow::Result<String> {

@@ -1,11 +1,16 @@
 //! Database bootstrap: create the service's database when it is missing, connect, migrate.
 
+pub mod primary;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
+
+use primary::Primary;
 
 /// How long a session may sit idle inside a transaction before PostgreSQL ends it. A frozen
 /// instance (SIGSTOP, a hung host) would otherwise keep its row locks, and every other
@@ -29,17 +34,32 @@ impl Default for PoolSettings {
     }
 }
 
-/// Connects to `url`, creating its database first if needed, and applies `migrator`.
+/// Connects to the primary among `urls` (one URL, or a primary and its standbys in any
+/// order), creating the database first if needed, and applies `migrator`. The pool then
+/// follows the primary: see [`primary`].
 ///
 /// Several instances may start at once: a concurrent `CREATE DATABASE` is tolerated, and
 /// sqlx serialises migrations with an advisory lock.
 pub async fn connect_and_migrate(
-    url: &str,
+    urls: &[String],
     settings: &PoolSettings,
     migrator: &Migrator,
 ) -> anyhow::Result<PgPool> {
-    let options = connect_options(url)?;
-    create_database_if_missing(&options).await?;
+    let hosts = urls
+        .iter()
+        .map(|url| connect_options(url))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    anyhow::ensure!(!hosts.is_empty(), "no PostgreSQL URL to connect to");
+    // The service's database may not exist yet: ask on the maintenance database.
+    let maintenance = hosts
+        .iter()
+        .map(|h| h.clone().database("postgres"))
+        .collect();
+    let (primary, found) = Primary::find(hosts, maintenance).await;
+    let primary = Arc::new(primary);
+    let found = found.context("connecting to PostgreSQL")?;
+    create_database_if_missing(primary.chosen()).await?;
+    let (admit, current) = (primary.clone(), primary.clone());
     let pool = PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
@@ -47,19 +67,30 @@ pub async fn connect_and_migrate(
         // connection that died with its server fails its first statement and is dropped
         // from the pool anyway (requests fail once, then the pool reconnects).
         .test_before_acquire(false)
-        .connect_with(
-            options
-                .clone()
-                .options([(
-                    "idle_in_transaction_session_timeout",
-                    IDLE_IN_TRANSACTION_TIMEOUT,
-                )])
-                .log_statements(tracing::log::LevelFilter::Trace),
-        )
+        .after_connect(move |conn, _| {
+            let admit = admit.clone();
+            Box::pin(async move { admit.admit(conn).await })
+        })
+        .before_acquire(move |_, meta| {
+            let current = current.is_current(&meta);
+            Box::pin(async move { Ok(current) })
+        })
+        .connect_with(session_options(primary.chosen()))
         .await
         .context("connecting to PostgreSQL")?;
     migrator.run(&pool).await.context("applying migrations")?;
+    tokio::spawn(primary.watch(pool.clone(), Some(found), session_options));
     Ok(pool)
+}
+
+/// A host's options as the pool's sessions use them.
+fn session_options(host: &PgConnectOptions) -> PgConnectOptions {
+    host.clone()
+        .options([(
+            "idle_in_transaction_session_timeout",
+            IDLE_IN_TRANSACTION_TIMEOUT,
+        )])
+        .log_statements(tracing::log::LevelFilter::Trace)
 }
 
 /// `url`'s options; TLS only when the URL (or `PGSSLMODE`) asks for it.
@@ -70,9 +101,7 @@ pub async fn connect_and_migrate(
 /// say `sslmode=verify-full` (or `require`) and get verified TLS; one without `sslmode`
 /// means the plain connection of a trusted local network.
 pub fn connect_options(url: &str) -> anyhow::Result<PgConnectOptions> {
-    let options: PgConnectOptions = url
-        .parse()
-        .with_context(|| format!("DATABASE_URL {url:?} is not a PostgreSQL URL"))?;
+    let options: PgConnectOptions = url.parse().context("not a PostgreSQL URL")?;
     let asked = url.contains("sslmode=")
         || url.contains("ssl-mode=")
         || std::env::var_os("PGSSLMODE").is_some();

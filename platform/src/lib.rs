@@ -16,9 +16,12 @@ pub mod http;
 pub mod inbox;
 pub mod outbox;
 #[cfg(feature = "testing")]
+pub mod private_postgres;
+#[cfg(feature = "testing")]
 pub mod private_redis;
 #[cfg(feature = "testing")]
 pub mod private_sentinel;
+pub mod private_standby;
 #[cfg(feature = "testing")]
 pub mod private_tls;
 pub mod redis_conn;

@@ -4,19 +4,19 @@
 //! RabbitMQ. The TLS Redis is [`crate::private_redis::PrivateRedis::start_tls`].
 
 use std::net::TcpStream;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::private_postgres::{PostgresNode, chown_to_postgres};
 use crate::testing::free_port;
 
 /// A directory removed with this guard.
 #[derive(Debug)]
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str) -> Self {
         let path = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&path).expect("a temporary directory");
         Self(path)
@@ -29,7 +29,7 @@ impl Drop for TempDir {
     }
 }
 
-fn run(command: &mut Command) {
+pub(crate) fn run(command: &mut Command) {
     let output = command.output().expect("the command starts");
     assert!(
         output.status.success(),
@@ -135,115 +135,36 @@ fn await_port(port: u16, child: &mut Child, what: &str) {
 #[derive(Debug)]
 pub struct PrivatePostgres {
     pub port: u16,
-    bin: PathBuf,
-    data: PathBuf,
-    _dir: TempDir,
+    node: PostgresNode,
 }
 
 impl PrivatePostgres {
     pub fn start_tls(ca: &TestCa) -> Self {
-        let bin = postgres_bin();
-        let dir = TempDir::new("test-pg");
-        let data = dir.0.join("data");
-        let port = free_port();
-        chown_to_postgres(&dir.0);
-        run(as_postgres(&bin.join("initdb"))
-            .args(["-D".as_ref(), data.as_os_str()])
-            .args(["-A", "trust", "-U", "postgres"]));
+        let node = PostgresNode::init(
+            "ssl = on\nssl_cert_file = 'server.pem'\nssl_key_file = 'server.key'\n",
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+        );
         for (from, to) in [
             (ca.cert_file(), "server.pem"),
             (ca.key_file(), "server.key"),
         ] {
-            let target = data.join(to);
+            let target = node.data().join(to);
             std::fs::copy(from, &target).expect("copy the certificate");
             chown_to_postgres(&target);
             // PostgreSQL refuses a key others can read.
             run(Command::new("chmod").arg("600").arg(&target));
         }
-        let conf = format!(
-            "\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
-             ssl = on\nssl_cert_file = 'server.pem'\nssl_key_file = 'server.key'\nfsync = off\n",
-            dir.0.display()
-        );
-        append(&data.join("postgresql.conf"), &conf);
-        std::fs::write(
-            data.join("pg_hba.conf"),
-            "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
-        )
-        .expect("write pg_hba.conf");
-        run(as_postgres(&bin.join("pg_ctl"))
-            .args(["-D".as_ref(), data.as_os_str()])
-            .args(["-l".as_ref(), data.join("server.log").as_os_str()])
-            .args(["-w", "start"]));
+        node.start();
         Self {
-            port,
-            bin,
-            data,
-            _dir: dir,
+            port: node.port,
+            node,
         }
     }
 
     /// A URL for `database` with the query `params` (`sslmode=...&sslrootcert=...`).
     pub fn url(&self, database: &str, params: &str) -> String {
-        format!(
-            "postgres://postgres@127.0.0.1:{}/{database}?{params}",
-            self.port
-        )
+        self.node.url(database, params)
     }
-}
-
-impl Drop for PrivatePostgres {
-    fn drop(&mut self) {
-        let _ = as_postgres(&self.bin.join("pg_ctl"))
-            .args(["-D".as_ref(), self.data.as_os_str()])
-            .args(["-m", "immediate", "stop"])
-            .output();
-    }
-}
-
-/// The newest PostgreSQL server binaries on the machine.
-fn postgres_bin() -> PathBuf {
-    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server binaries in /usr/lib/postgresql")
-        .filter_map(|entry| Some(entry.ok()?.path().join("bin")))
-        .filter(|bin| bin.join("initdb").exists())
-        .collect();
-    versions.sort_by_key(|bin| {
-        bin.parent()
-            .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
-            .unwrap_or(0)
-    });
-    versions.pop().expect("an initdb")
-}
-
-fn running_as_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// `initdb` and the server refuse to run as root; as root, run them as `postgres`.
-fn as_postgres(program: &Path) -> Command {
-    if running_as_root() {
-        let mut command = Command::new("runuser");
-        command.args(["-u", "postgres", "--"]).arg(program);
-        command
-    } else {
-        Command::new(program)
-    }
-}
-
-fn chown_to_postgres(path: &Path) {
-    if running_as_root() {
-        run(Command::new("chown").arg("postgres").arg(path));
-    }
-}
-
-fn append(path: &Path, text: &str) {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .expect("open for appending");
-    file.write_all(text.as_bytes()).expect("append");
 }
 
 /// `stunnel` terminating TLS (with a [`TestCa`]'s certificate) on a free port in front of

@@ -140,11 +140,28 @@ pub fn signal(child: &std::process::Child, name: &str) {
     assert!(status.success(), "kill -{name}");
 }
 
-/// A port that was free a moment ago (bound to port 0 and let go), for a binary that must
-/// keep its address across a restart.
+/// A port that was free a moment ago (bound and let go), for a binary that must keep its
+/// address across a restart: one the kernel picks, or, when `TEST_PORT_RANGE` (`first-last`)
+/// is set, the next free one of that range, so test runs sharing a machine can be given
+/// ranges that never meet.
 pub fn free_port() -> u16 {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    probe.local_addr().expect("its address").port()
+    let Some((first, last)) = crate::config::optional("TEST_PORT_RANGE").and_then(|range| {
+        let (first, last) = range.split_once('-')?;
+        Some((
+            first.trim().parse::<u16>().ok()?,
+            last.trim().parse::<u16>().ok()?,
+        ))
+    }) else {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        return probe.local_addr().expect("its address").port();
+    };
+    // Handed out in turn: two calls before either port is bound must not get the same one.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let size = u32::from(last.saturating_sub(first)) + 1;
+    (0..size)
+        .map(|_| first + (NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % size) as u16)
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .expect("a free port in TEST_PORT_RANGE")
 }
 
 /// Server URL the test databases are created on (`TEST_DATABASE_SERVER` overrides).
@@ -173,10 +190,13 @@ impl TestDatabase {
     pub async fn create(prefix: &str, migrator: &Migrator) -> Self {
         let name = format!("t_{}_{}", prefix.replace('-', "_"), Uuid::new_v4().simple());
         let url = format!("{}/{name}", database_server());
-        let pool =
-            crate::db::connect_and_migrate(&url, &crate::db::PoolSettings::default(), migrator)
-                .await
-                .expect("test database");
+        let pool = crate::db::connect_and_migrate(
+            std::slice::from_ref(&url),
+            &crate::db::PoolSettings::default(),
+            migrator,
+        )
+        .await
+        .expect("test database");
         Self { name, url, pool }
     }
 }

@@ -4,5 +4,6 @@
 //! for a minute or more); `scripts/clusters.sh` runs them one at a time.
 
 mod fleet;
+mod postgres_standby;
 mod redis_sentinel;
 mod smoke;

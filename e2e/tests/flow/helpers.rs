@@ -76,7 +76,7 @@ impl Stack {
         let inventory_addr = inventory_listener.local_addr().expect("addr");
         let mut order_config = order_service::config::Config {
             http_addr: "127.0.0.1:0".parse().expect("addr"),
-            database_url: order_db.url.clone(),
+            database_urls: vec![order_db.url.clone()],
             database_max_connections: 10,
             redis_url: testing::redis_url(),
             redis_sentinels: None,
@@ -122,7 +122,7 @@ impl Stack {
     pub async fn start_inventory(&mut self) {
         let config = inventory_service::Config {
             http_addr: self.inventory_addr,
-            database_url: self.inventory_db.url.clone(),
+            database_urls: vec![self.inventory_db.url.clone()],
             database_max_connections: 10,
             redis_url: testing::redis_url(),
             redis_key_prefix: self.inventory_prefix.clone(),

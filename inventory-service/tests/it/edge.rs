@@ -17,7 +17,7 @@ use crate::helpers::{TestApp, assert_problem};
 async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
     let database = TestDatabase::create("inventory", &inventory_service::MIGRATOR).await;
     let config = Config {
-        database_url: database.url.clone(),
+        database_urls: vec![database.url.clone()],
         database_max_connections: 1,
         redis_url: redis_url(),
         redis_key_prefix: redis_prefix(),

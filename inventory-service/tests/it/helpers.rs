@@ -76,7 +76,7 @@ impl TestApp {
         let vhost = TestVhost::create();
         let mut config = Config {
             http_addr: "127.0.0.1:0".parse().expect("an address"),
-            database_url: database.url.clone(),
+            database_urls: vec![database.url.clone()],
             // Two tests run at once, next to another service's tests: stay well under
             // PostgreSQL's connection limit.
             database_max_connections: 10,

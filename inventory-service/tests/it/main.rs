@@ -20,5 +20,6 @@ mod restock;
 mod rolling_update;
 mod sentinel;
 mod settings;
+mod standby;
 mod tls;
 mod validation;

@@ -80,7 +80,7 @@ async fn deductions_keep_flowing_through_the_service_while_redis_is_stopped() {
     let vhost = TestVhost::create();
     let config = inventory_service::Config {
         http_addr: "127.0.0.1:0".parse().expect("an address"),
-        database_url: database.url.clone(),
+        database_urls: vec![database.url.clone()],
         database_max_connections: 5,
         redis_url: redis.url.clone(),
         redis_key_prefix: redis_prefix(),

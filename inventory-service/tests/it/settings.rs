@@ -25,6 +25,12 @@ const REFUSED: &[(&str, &str)] = &[
     ("CORS_ALLOWED_ORIGINS", "https://shop.example/"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "not a url"),
+    ("DATABASE_URL", "not a url"),
+    // Beside the DATABASE_URL every start here is given: which one is meant?
+    (
+        "DATABASE_URLS",
+        "postgres://postgres@127.0.0.1:5432/inventory",
+    ),
     ("SHUTDOWN_DRAIN_SECS", "-1"),
     ("SHUTDOWN_DRAIN_SECS", "301"),
     ("SHUTDOWN_DRAIN_SECS", "five"),
@@ -44,7 +50,7 @@ async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
 async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
     let db = TestDatabase::create("inventory_settings", &inventory_service::MIGRATOR).await;
     let config = Config {
-        database_url: db.url.clone(),
+        database_urls: vec![db.url.clone()],
         redis_url: testing::redis_url(),
         redis_key_prefix: testing::redis_prefix(),
         amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),

@@ -56,7 +56,7 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
     testing::init_logs();
     let database = TestDatabase::create("orders", &order_service::MIGRATOR).await;
     let mut config = Config::from_env().expect("the default configuration");
-    config.database_url = database.url.clone();
+    config.database_urls = vec![database.url.clone()];
     config.database_max_connections = 1;
     config.redis_url = testing::redis_url();
     config.redis_key_prefix = testing::redis_prefix();

@@ -24,7 +24,7 @@ pub struct TestApp {
 pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
     Config {
         http_addr: "127.0.0.1:0".parse().expect("address"),
-        database_url: db.url.clone(),
+        database_urls: vec![db.url.clone()],
         database_max_connections: 10,
         redis_url: testing::redis_url(),
         redis_sentinels: None,

@@ -60,7 +60,7 @@ async fn redis_and_postgres_outages_heal_without_a_restart() {
     let database_url = format!("postgres://postgres@{}/{}", postgres.addr, db.name);
     let app = TestApp::spawn_with(|c| {
         c.redis_url = redis_url;
-        c.database_url = database_url;
+        c.database_urls = vec![database_url];
     })
     .await;
     app.create_order(&order_body(1, 1001, 1)).await;

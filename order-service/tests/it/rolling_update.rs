@@ -63,7 +63,7 @@ async fn an_instance_of_the_previous_release_starts_on_a_schema_the_next_one_mig
     let db = TestDatabase::create("orders_rolling", &order_service::MIGRATOR).await;
     testing::record_a_newer_migration(&db.pool).await;
     platform::db::connect_and_migrate(
-        &db.url,
+        std::slice::from_ref(&db.url),
         &platform::db::PoolSettings::default(),
         &order_service::MIGRATOR,
     )

@@ -31,6 +31,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("RATE_LIMIT_BURST", "lots"),
     ("HTTP_ADDR", "nowhere"),
     ("AMQP_URL", "http://127.0.0.1:5672"),
+    // Beside the DATABASE_URL every start here is given: which one is meant?
+    ("DATABASE_URLS", "postgres://postgres@127.0.0.1:5432/orders"),
     ("SHUTDOWN_DRAIN_SECS", "-1"),
     ("SHUTDOWN_DRAIN_SECS", "301"),
     ("SHUTDOWN_DRAIN_SECS", "five"),
