@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use platform::config::{self, MessagingConfig};
 use platform::http::{Cors, RateLimit};
+use platform::redis_conn::Sentinels;
 use platform::tls::ClientTls;
 
 /// Everything the service reads from its environment, read once at start.
@@ -19,7 +20,11 @@ pub struct Config {
     /// `DATABASE_MAX_CONNECTIONS`: size of the connection pool. Default `20`.
     pub database_max_connections: u32,
     /// `REDIS_URL`: the Redis that holds the stock locks. Default `redis://127.0.0.1:6379/0`.
+    /// With Sentinels, only how to talk to the primary they name (see `Sentinels`).
     pub redis_url: String,
+    /// `REDIS_SENTINELS` and `REDIS_SENTINEL_MASTER`: Sentinels that name the primary, which
+    /// the connection follows through a failover. Unset (the default): `REDIS_URL`'s server.
+    pub redis_sentinels: Option<Sentinels>,
     /// `REDIS_KEY_PREFIX`: put before every Redis key, so several deployments (or test runs)
     /// can share one Redis. Default empty.
     pub redis_key_prefix: String,
@@ -68,6 +73,7 @@ impl Default for Config {
             database_urls: vec!["postgres://postgres@127.0.0.1:5432/inventory".to_owned()],
             database_max_connections: 20,
             redis_url: "redis://127.0.0.1:6379/0".to_owned(),
+            redis_sentinels: None,
             redis_key_prefix: String::new(),
             redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
             amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned(),
@@ -98,6 +104,7 @@ impl Config {
                 1,
             )?,
             redis_url: config::string("REDIS_URL", &defaults.redis_url),
+            redis_sentinels: Sentinels::from_env()?,
             redis_key_prefix: std::env::var("REDIS_KEY_PREFIX").unwrap_or_default(),
             // Below a millisecond every call would time out; see the README for the default.
             redis_timeout: config::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,

@@ -8,8 +8,8 @@ use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
 use platform::outbox::OutboxSignal;
+use platform::redis_conn::RedisConnection;
 use platform::redis_health::RedisHealth;
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
 use crate::config::Config;
@@ -19,7 +19,7 @@ use crate::lock::Locker;
 #[derive(Clone)]
 pub struct AppState {
     pub db: PgPool,
-    pub redis: ConnectionManager,
+    pub redis: RedisConnection,
     /// Whether Redis is known down; [`crate::serve`] runs its check.
     pub redis_health: RedisHealth,
     /// Per-product stock locks.

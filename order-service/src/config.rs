@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use platform::config::{self as env, MessagingConfig};
 use platform::http::{Cors, RateLimit};
+use platform::redis_conn::Sentinels;
 use platform::tls::ClientTls;
 
 use crate::auth::IdentityConfig;
@@ -22,8 +23,12 @@ pub struct Config {
     pub database_urls: Vec<String>,
     /// `DATABASE_MAX_CONNECTIONS`: pool size.
     pub database_max_connections: u32,
-    /// `REDIS_URL`: idempotency token store.
+    /// `REDIS_URL`: idempotency token store. With Sentinels, only how to talk to the primary
+    /// they name (see `Sentinels`).
     pub redis_url: String,
+    /// `REDIS_SENTINELS` and `REDIS_SENTINEL_MASTER`: Sentinels that name the primary, which
+    /// the connection follows through a failover. Unset: `REDIS_URL`'s server.
+    pub redis_sentinels: Option<Sentinels>,
     /// `REDIS_KEY_PREFIX`: prepended to every Redis key, to share one Redis safely.
     pub redis_key_prefix: String,
     /// `REDIS_TIMEOUT_MS`: how long connecting to Redis, and each Redis reply, may take
@@ -75,6 +80,7 @@ impl Config {
             database_urls: env::database_urls("postgres://postgres@127.0.0.1:5432/orders")?,
             database_max_connections: env::at_least("DATABASE_MAX_CONNECTIONS", 20, 1)?,
             redis_url: env::string("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            redis_sentinels: Sentinels::from_env()?,
             redis_key_prefix: env::string("REDIS_KEY_PREFIX", ""),
             // Below a millisecond every call would time out; see the README for the default.
             redis_timeout: env::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,

@@ -29,9 +29,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
+use platform::redis_conn::RedisConnection;
 use platform::redis_health::{RedisCallError, RedisHealth};
 use redis::Script;
-use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use shared::ids::UserId;
 use shared::keys::RedisKeys;
@@ -167,7 +167,7 @@ pub enum Claim {
 
 #[derive(Clone)]
 pub struct TokenStore {
-    redis: ConnectionManager,
+    redis: RedisConnection,
     keys: RedisKeys,
     ttl: Duration,
     signer: TokenSigner,
@@ -185,7 +185,7 @@ impl std::fmt::Debug for TokenStore {
 
 impl TokenStore {
     pub fn new(
-        redis: ConnectionManager,
+        redis: RedisConnection,
         keys: RedisKeys,
         ttl: Duration,
         signer: TokenSigner,

@@ -68,6 +68,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         .context("preparing the orders database")?;
     let redis = platform::redis_conn::connect_with_timeout(
         &config.redis_url,
+        config.redis_sentinels.as_ref(),
         config.redis_timeout,
         config.tls.redis_ca.as_ref(),
     )?;

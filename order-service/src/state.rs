@@ -8,8 +8,8 @@ use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
 use platform::outbox::OutboxSignal;
+use platform::redis_conn::RedisConnection;
 use platform::redis_health::RedisHealth;
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
 use crate::auth::Identity;
@@ -24,7 +24,7 @@ pub struct AppState {
     /// Where `POST /orders` hands its order to be written with the next batch.
     pub intake: Intake,
     /// The connection the tokens use, for [`crate::serve`]'s health check.
-    pub redis: ConnectionManager,
+    pub redis: RedisConnection,
     /// Whether Redis is known down; [`crate::serve`] runs its check.
     pub redis_health: RedisHealth,
     pub broker: Broker,

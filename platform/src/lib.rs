@@ -20,6 +20,7 @@ pub mod private_postgres;
 #[cfg(feature = "testing")]
 pub mod private_redis;
 #[cfg(feature = "testing")]
+pub mod private_sentinel;
 pub mod private_standby;
 #[cfg(feature = "testing")]
 pub mod private_tls;

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::redis_conn::RedisConnection;
 use redis::RedisError;
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
 /// How often [`RedisHealth::watch`] pings.
@@ -109,7 +109,7 @@ impl RedisHealth {
     /// while nothing else calls Redis).
     pub async fn watch(
         self,
-        mut conn: ConnectionManager,
+        mut conn: RedisConnection,
         every: Duration,
         shutdown: CancellationToken,
     ) {

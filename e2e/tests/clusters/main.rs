@@ -5,4 +5,5 @@
 
 mod fleet;
 mod postgres_standby;
+mod redis_sentinel;
 mod smoke;

@@ -79,6 +79,7 @@ impl Stack {
             database_urls: vec![order_db.url.clone()],
             database_max_connections: 10,
             redis_url: testing::redis_url(),
+            redis_sentinels: None,
             redis_key_prefix: testing::redis_prefix(),
             redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
             amqp_url: vhost.url.clone(),

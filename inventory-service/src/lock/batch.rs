@@ -152,7 +152,7 @@ impl Locker {
 }
 
 async fn try_many(
-    conn: &mut redis::aio::ConnectionManager,
+    conn: &mut platform::redis_conn::RedisConnection,
     leases: &[Lease],
     ttl: Duration,
 ) -> redis::RedisResult<Vec<bool>> {

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use platform::redis_conn::RedisConnection;
 use platform::redis_health::RedisHealth;
-use redis::aio::ConnectionManager;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::lease::{Lease, release_all, release_in_background};
@@ -51,7 +51,7 @@ impl HeldState {
 /// dropping them releases too, in the background.
 pub struct Locks {
     /// `None` when bypassed.
-    conn: Option<ConnectionManager>,
+    conn: Option<RedisConnection>,
     leases: Vec<Lease>,
     state: Arc<HeldState>,
     /// Stops the watchdog when dropped.
@@ -79,7 +79,7 @@ impl std::fmt::Debug for Locks {
 
 impl Locks {
     pub(super) fn held(
-        conn: ConnectionManager,
+        conn: RedisConnection,
         leases: Vec<Lease>,
         valid_until: Instant,
         options: LockOptions,
@@ -225,7 +225,7 @@ impl Drop for Locks {
 /// Renews every lease every `ttl / 3` until `stop`; marks the locks lost when a renewal finds
 /// a key gone or not ours, or when Redis stayed unreachable until the locks may have expired.
 async fn renew_until_stopped(
-    mut conn: ConnectionManager,
+    mut conn: RedisConnection,
     leases: Vec<Lease>,
     state: Arc<HeldState>,
     ttl: Duration,

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use platform::redis_conn::RedisConnection;
 use redis::{RedisResult, Script};
 
 /// Gives up `KEYS[1]` only while it still holds our token `ARGV[1]`: to the waiter another
@@ -122,7 +122,7 @@ impl Lease {
     /// lease is registered as the next owner unless another waiter is. `true` when held.
     pub async fn try_acquire(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         ttl: Duration,
     ) -> RedisResult<bool> {
         let taken: i64 = ACQUIRE
@@ -137,7 +137,7 @@ impl Lease {
     }
 
     /// Stops waiting: unregisters, and frees the key if it was handed over meanwhile.
-    pub async fn give_up(&self, conn: &mut ConnectionManager) -> RedisResult<()> {
+    pub async fn give_up(&self, conn: &mut RedisConnection) -> RedisResult<()> {
         let _: i64 = GIVE_UP
             .key(&self.key)
             .key(self.waiter_key())
@@ -148,7 +148,7 @@ impl Lease {
     }
 
     /// Extends the key's expiry to `ttl` from now; `false` when the key is gone or not ours.
-    pub async fn renew(&self, conn: &mut ConnectionManager, ttl: Duration) -> RedisResult<bool> {
+    pub async fn renew(&self, conn: &mut RedisConnection, ttl: Duration) -> RedisResult<bool> {
         let renewed: i64 = RENEW
             .key(&self.key)
             .arg(&self.token)
@@ -160,7 +160,7 @@ impl Lease {
 
     /// Deletes the key, or hands it to a waiter of another process; `false` when it was gone
     /// or not ours (then nothing changes).
-    pub async fn release(&self, conn: &mut ConnectionManager) -> RedisResult<bool> {
+    pub async fn release(&self, conn: &mut RedisConnection) -> RedisResult<bool> {
         let released: i64 = RELEASE
             .key(&self.key)
             .key(self.waiter_key())
@@ -189,7 +189,7 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// Best effort: a lock that cannot be released expires by itself.
-pub(super) async fn release_all(conn: &mut ConnectionManager, leases: &[Lease]) {
+pub(super) async fn release_all(conn: &mut RedisConnection, leases: &[Lease]) {
     for lease in leases.iter().rev() {
         if let Err(error) = lease.release(conn).await {
             tracing::debug!(%error, key = lease.key(), "could not release a stock lock; it will expire");
@@ -200,7 +200,7 @@ pub(super) async fn release_all(conn: &mut ConnectionManager, leases: &[Lease]) 
 /// [`release_all`] without waiting for it: for a caller that must not wait on a Redis that
 /// stopped answering. Sent on the same connection, the deletes queue behind whatever was
 /// sent before them, so a hung Redis that wakes up runs them after the `SET`s they undo.
-pub(super) fn release_in_background(conn: &ConnectionManager, leases: Vec<Lease>) {
+pub(super) fn release_in_background(conn: &RedisConnection, leases: Vec<Lease>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
+use platform::redis_conn::RedisConnection;
 use shared::ids::ProductId;
 use tokio::sync::OwnedMutexGuard;
 
@@ -32,7 +32,7 @@ pub const MAX_HAND_OVERS: u32 = 32;
 pub struct Kept {
     /// `None` once taken over; otherwise deleted in the background when dropped.
     lease: Option<Lease>,
-    conn: ConnectionManager,
+    conn: RedisConnection,
     /// Until when the key is known to be ours.
     valid_until: Instant,
 }
@@ -100,7 +100,7 @@ impl Turn {
     pub fn hand_over(
         &mut self,
         lease: Lease,
-        conn: &ConnectionManager,
+        conn: &RedisConnection,
         valid_until: Instant,
         ttl: Duration,
     ) -> Option<Lease> {

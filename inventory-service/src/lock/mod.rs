@@ -53,8 +53,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use platform::redis_conn::RedisConnection;
 use platform::redis_health::{RedisCallError, RedisHealth};
-use redis::aio::ConnectionManager;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 
@@ -120,7 +120,7 @@ pub struct Locker {
 }
 
 struct LockerInner {
-    redis: ConnectionManager,
+    redis: RedisConnection,
     keys: RedisKeys,
     options: LockOptions,
     /// Whether Redis is known down, shared with the rest of the process.
@@ -145,7 +145,7 @@ impl Locker {
     /// A locker on `redis`; `health` is the process's view of whether Redis is down, kept
     /// current by [`RedisHealth::watch`].
     pub fn new(
-        redis: ConnectionManager,
+        redis: RedisConnection,
         keys: RedisKeys,
         options: LockOptions,
         health: RedisHealth,
@@ -314,7 +314,7 @@ fn sorted_unique(products: &[ProductId]) -> Vec<ProductId> {
 /// Stops at once when Redis is (or becomes) known down.
 async fn acquire_one(
     health: &RedisHealth,
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConnection,
     lease: &Lease,
     ttl: Duration,
     deadline: Instant,

@@ -15,6 +15,36 @@ use tokio_util::sync::CancellationToken;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
+/// A locker on `conn` (10 s TTL, 5 s wait, renewed) with the health check the services run,
+/// every 200 ms, until the guard is dropped.
+pub fn watched_locker(
+    conn: platform::redis_conn::RedisConnection,
+) -> (
+    Locker,
+    platform::redis_health::RedisHealth,
+    tokio_util::sync::DropGuard,
+) {
+    platform::testing::init_logs();
+    let health = platform::redis_health::RedisHealth::default();
+    let stop = CancellationToken::new();
+    tokio::spawn(
+        health
+            .clone()
+            .watch(conn.clone(), Duration::from_millis(200), stop.clone()),
+    );
+    let locker = Locker::new(
+        conn,
+        RedisKeys::new(redis_prefix()),
+        LockOptions {
+            ttl: Duration::from_secs(10),
+            wait: Duration::from_secs(5),
+            renew: true,
+        },
+        health.clone(),
+    );
+    (locker, health, stop.drop_guard())
+}
+
 /// A running service and the clients to talk to it.
 #[derive(Debug)]
 pub struct TestApp {

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use inventory_service::lock::{Lease, LockError, LockOptions, Locker};
+use platform::redis_conn::RedisConnection;
 use platform::redis_health::RedisHealth;
 use platform::testing::{redis_prefix, redis_url};
-use redis::aio::ConnectionManager;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 
@@ -21,7 +21,7 @@ fn options(ttl_ms: u64, wait_ms: u64, renew: bool) -> LockOptions {
     }
 }
 
-fn redis() -> ConnectionManager {
+fn redis() -> RedisConnection {
     platform::testing::init_logs();
     platform::redis_conn::connect(&redis_url()).expect("a Redis manager")
 }
@@ -40,7 +40,7 @@ fn locker_with_prefix(prefix: &str, options: LockOptions) -> Locker {
     )
 }
 
-async fn holder_of(conn: &mut ConnectionManager, key: &str) -> Option<String> {
+async fn holder_of(conn: &mut RedisConnection, key: &str) -> Option<String> {
     redis::cmd("GET")
         .arg(key)
         .query_async(conn)

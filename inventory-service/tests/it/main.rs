@@ -18,6 +18,7 @@ mod products;
 mod redis_hung;
 mod restock;
 mod rolling_update;
+mod sentinel;
 mod settings;
 mod standby;
 mod tls;

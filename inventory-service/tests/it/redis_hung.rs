@@ -4,13 +4,12 @@
 
 use std::time::Duration;
 
-use inventory_service::lock::{LockOptions, Locker};
+use inventory_service::lock::Locker;
 use platform::private_redis::PrivateRedis;
 use platform::redis_health::RedisHealth;
 use platform::testing::{TestDatabase, TestVhost, eventually, redis_prefix};
 use serde_json::json;
 use shared::ids::ProductId;
-use shared::keys::RedisKeys;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::ADMIN_TOKEN;
@@ -18,30 +17,16 @@ use crate::helpers::ADMIN_TOKEN;
 /// Generous: the work under test takes milliseconds once Redis is skipped.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A locker on `redis` with its own health check running until the token is dropped.
+/// A locker on `redis`, whose calls time out after 300 ms, with its own health check.
 fn watched_locker(redis: &PrivateRedis) -> (Locker, RedisHealth, tokio_util::sync::DropGuard) {
-    platform::testing::init_logs();
-    let conn =
-        platform::redis_conn::connect_with_timeout(&redis.url, Duration::from_millis(300), None)
-            .expect("a Redis manager");
-    let health = RedisHealth::default();
-    let stop = CancellationToken::new();
-    tokio::spawn(
-        health
-            .clone()
-            .watch(conn.clone(), Duration::from_millis(200), stop.clone()),
-    );
-    let locker = Locker::new(
-        conn,
-        RedisKeys::new(redis_prefix()),
-        LockOptions {
-            ttl: Duration::from_secs(10),
-            wait: Duration::from_secs(5),
-            renew: true,
-        },
-        health.clone(),
-    );
-    (locker, health, stop.drop_guard())
+    let conn = platform::redis_conn::connect_with_timeout(
+        &redis.url,
+        None,
+        Duration::from_millis(300),
+        None,
+    )
+    .expect("a Redis manager");
+    crate::helpers::watched_locker(conn)
 }
 
 #[tokio::test]

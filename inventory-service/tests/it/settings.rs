@@ -17,6 +17,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("DATABASE_MAX_CONNECTIONS", "0"),
     ("REQUEST_TIMEOUT_SECS", "0"),
     ("REDIS_TIMEOUT_MS", "0"),
+    ("REDIS_SENTINELS", "127.0.0.1:26379"),
+    ("REDIS_SENTINEL_MASTER", "mymaster"),
     ("RATE_LIMIT_PER_SEC", "-1"),
     ("RATE_LIMIT_BURST", "lots"),
     ("RESERVATIONS_REQUIRE_ADMIN", "yes"),

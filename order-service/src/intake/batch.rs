@@ -102,10 +102,13 @@ async fn claim(
                     Claim::InFlight { taker, .. } if taker != mine.taker => {
                         answers[i] = Some(Err(ApiError::TokenOfAnotherUser));
                     }
+                    // The claim may outlive its request: after a Redis failover the promoted
+                    // replica can hold the claim but not the outcome recorded after it. An
+                    // outcome in PostgreSQL is then the answer, not a 409 until the claim ages.
                     Claim::InFlight {
                         fingerprint: other, ..
                     } if &other == fingerprint => {
-                        answers[i] = Some(Err(ApiError::RequestInProgress));
+                        ask_postgres.push((i, ApiError::RequestInProgress));
                     }
                     Claim::InFlight { .. } => {
                         answers[i] = Some(Err(ApiError::IdempotencyKeyReused))

@@ -27,6 +27,7 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         database_urls: vec![db.url.clone()],
         database_max_connections: 10,
         redis_url: testing::redis_url(),
+        redis_sentinels: None,
         redis_key_prefix: redis_prefix.to_owned(),
         redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
         // Nothing listens on port 1: the broker stays down unless a test sets a vhost.

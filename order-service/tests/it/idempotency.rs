@@ -238,6 +238,30 @@ async fn the_same_request_while_the_first_is_in_flight_gets_409_with_retry_after
     assert_eq!(app.count("orders").await, 0);
 }
 
+#[tokio::test]
+async fn a_claim_that_outlived_its_committed_request_replays_the_outcome_from_postgresql() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let body = order_body(1, 1001, 1);
+    let first = app.post_order(&token, &body).await;
+    assert_eq!(first.status(), 202);
+    let first = first.text().await.expect("the first body");
+    // What a Redis failover can leave: the promoted replica had the claim, but not the
+    // outcome recorded after it.
+    let fingerprint = order_service::domain::fingerprint::of_json(&body);
+    let claim = format!(
+        "inflight:{fingerprint}:{}",
+        chrono::Utc::now().timestamp_millis()
+    );
+    app.set_token_state(&token, &claim).await;
+
+    let replay = app.post_order(&token, &body).await;
+    assert_eq!(replay.status(), 202);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.text().await.expect("the replay's body"), first);
+    assert_eq!(app.count("orders").await, 1);
+}
+
 /// A token of this app's own signing (its secret is in the app's database), never stored in
 /// Redis: what an issued token looks like once Redis forgot it.
 async fn signed_token(app: &TestApp, expires_at: chrono::DateTime<chrono::Utc>) -> String {

@@ -24,6 +24,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("IDEMPOTENCY_TOKEN_TTL_SECS", "soon"),
     ("REQUEST_TIMEOUT_SECS", "0"),
     ("REDIS_TIMEOUT_MS", "0"),
+    ("REDIS_SENTINELS", "127.0.0.1:26379"),
+    ("REDIS_SENTINEL_MASTER", "mymaster"),
     ("IDEMPOTENCY_TOKEN_SECRET", "too short"),
     ("RATE_LIMIT_PER_SEC", "-1"),
     ("RATE_LIMIT_BURST", "lots"),

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::redis_conn::RedisConnection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use redis::aio::ConnectionManager;
 use serde_json::json;
 use shared::Problem;
 use sqlx::PgPool;
@@ -19,7 +19,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct Readiness {
     pub db: PgPool,
-    pub redis: ConnectionManager,
+    pub redis: RedisConnection,
     /// `true` while the broker connection is up; kept current by the broker supervisor.
     pub broker_up: watch::Receiver<bool>,
     /// Cancelled when a shutdown signal arrives ([`crate::shutdown::on_signal`]): from then on
