@@ -43,6 +43,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("REDIS_CA_FILE", "/nonexistent/ca.pem"),
     ("AMQP_CA_FILE", "/etc/hostname"),
     ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+    ("AMQP_URLS", "amqp://guest:guest@127.0.0.1:1/%2f,not a url"),
+    ("AMQP_URLS", "amqp://guest:guest@127.0.0.1:1/%2f,"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]
@@ -70,6 +72,27 @@ async fn a_jwt_secret_and_a_jwks_url_together_stop_the_start() {
         .expect("the check runs");
     assert!(
         stderr.contains("AUTH_JWT_SECRET") && stderr.contains("AUTH_JWKS_URL"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn amqp_url_and_amqp_urls_together_stop_the_start_naming_both() {
+    let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
+    let mut command = testing::service_command(
+        env!("CARGO_BIN_EXE_order-service"),
+        &db.url,
+        "amqp://guest:guest@127.0.0.1:1/%2f",
+        &testing::redis_prefix(),
+    );
+    command
+        .env("HTTP_ADDR", format!("127.0.0.1:{}", testing::free_port()))
+        .env("AMQP_URLS", "amqp://guest:guest@127.0.0.1:2/%2f");
+    let stderr = tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
+        .await
+        .expect("the check runs");
+    assert!(
+        stderr.contains("AMQP_URL ") && stderr.contains("AMQP_URLS"),
         "{stderr}"
     );
 }
