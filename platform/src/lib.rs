@@ -16,6 +16,8 @@ pub mod http;
 pub mod inbox;
 pub mod outbox;
 #[cfg(feature = "testing")]
+pub mod private_rabbitmq_cluster;
+#[cfg(feature = "testing")]
 pub mod private_redis;
 #[cfg(feature = "testing")]
 pub mod private_tls;

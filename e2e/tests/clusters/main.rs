@@ -4,4 +4,5 @@
 //! for a minute or more); `scripts/clusters.sh` runs them one at a time.
 
 mod fleet;
+mod rabbitmq_cluster;
 mod smoke;
