@@ -64,12 +64,12 @@ impl PrivateRabbitCluster {
             nodes: (0..size).map(|_| None).collect(),
             epmd,
         };
-        await_port(base_port).await;
+        await_epmd(base_port).await;
         for node in 0..size {
             cluster.spawn_node(node);
         }
         for node in 0..size {
-            await_port(cluster.amqp_port(node)).await;
+            cluster.await_boot(node).await;
         }
         let seed = cluster.node_name(0);
         for node in 1..size {
@@ -135,6 +135,30 @@ impl PrivateRabbitCluster {
             .spawn()
             .expect("rabbitmq-server starts (is it installed?)");
         self.nodes[node] = Some(child);
+    }
+
+    /// Waits until `node` has booted, as its console says. Not by polling its AMQP port:
+    /// these ports lie in the ephemeral range, and a connect polled while nothing listens can
+    /// be given the port itself as its source and connect to itself, taking the port from the
+    /// node about to listen there.
+    async fn await_boot(&mut self, node: usize) {
+        let console = self.node_dir(node).join("console.log");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            let printed = std::fs::read_to_string(&console).unwrap_or_default();
+            if printed.contains("Starting broker... completed") {
+                return;
+            }
+            let child = self.nodes[node].as_mut().expect("the node was started");
+            let exited = child.try_wait().expect("wait for the node");
+            assert!(
+                exited.is_none() && tokio::time::Instant::now() < deadline,
+                "node {} did not boot ({exited:?}); its console: {}",
+                node + 1,
+                console.display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// What the server and the CLI tools share: the cookie (through `HOME`), `epmd`, the
@@ -282,7 +306,7 @@ impl PrivateRabbitCluster {
     pub async fn start_node(&mut self, node: usize) {
         assert!(self.nodes[node].is_none(), "node {} runs already", node + 1);
         self.spawn_node(node);
-        await_port(self.amqp_port(node)).await;
+        self.await_boot(node).await;
         let name = self.node_name(node);
         eventually(Duration::from_secs(60), || async {
             self.running_nodes().await.contains(&name).then_some(())
@@ -320,15 +344,20 @@ impl Drop for PrivateRabbitCluster {
     }
 }
 
-/// Waits until something accepts connections on `127.0.0.1:port`.
-async fn await_port(port: u16) {
-    eventually(Duration::from_secs(120), || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
+/// Waits until `epmd` accepts connections on `127.0.0.1:port`. It binds within milliseconds;
+/// the pause between attempts keeps a connect from ever meeting itself (a port of the
+/// ephemeral range, polled while nothing listens, can be the client's own source port).
+async fn await_epmd(port: u16) {
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
-            .ok()
-            .map(drop)
-    })
-    .await;
+            .is_ok()
+        {
+            return;
+        }
+    }
+    panic!("epmd does not listen on port {port}");
 }
 
 fn set_mode(path: &Path, mode: u32) {
