@@ -107,9 +107,13 @@ impl Fleet {
         for base in bases {
             eventually(Duration::from_secs(60), || async {
                 let ready = fleet.client.get(format!("{base}/readyz")).send().await;
-                ready
-                    .is_ok_and(|r| r.status() == StatusCode::OK)
-                    .then_some(())
+                let ready = ready.is_ok_and(|r| r.status() == StatusCode::OK);
+                if !ready {
+                    // Rarely: a port of the ephemeral range polled before its service listens
+                    // can connect to itself and keep the service from binding it.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                ready.then_some(())
             })
             .await;
         }
