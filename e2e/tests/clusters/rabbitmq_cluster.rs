@@ -156,6 +156,13 @@ async fn losing_the_node_that_leads_the_most_queues_under_load_keeps_the_invaria
         "taking an order needs no broker, so the outage refuses none: {:?}",
         report.refused
     );
+    let mut publish_failures = 0.0;
+    for base in fleet.order_bases().iter().chain(&fleet.inventory_bases()) {
+        publish_failures += testing::scrape_metric(base, "outbox_publish_failures_total").await;
+    }
+    println!(
+        "relay: {publish_failures} failed publish attempts (nacked, unconfirmed or cut off), each row retried"
+    );
     for queue in cluster.queue_replicas().await {
         assert_eq!(
             queue.members.len(),
