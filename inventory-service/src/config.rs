@@ -32,8 +32,10 @@ pub struct Config {
     /// before Redis counts as down (then deductions bypass the lock until it answers
     /// again). Default `500`.
     pub redis_timeout: Duration,
-    /// `AMQP_URL`: the RabbitMQ broker. Default `amqp://guest:guest@127.0.0.1:5672/%2f`.
-    pub amqp_url: String,
+    /// `AMQP_URL`: the RabbitMQ broker. Default `amqp://guest:guest@127.0.0.1:5672/%2f`. Or
+    /// `AMQP_URLS`: the nodes of a RabbitMQ cluster, comma-separated, tried in turn (see
+    /// `platform::amqp`). Never empty.
+    pub amqp_urls: Vec<String>,
     /// `ADMIN_TOKEN`: the bearer token admin endpoints require. Unset (the default): every
     /// admin request answers 401, and a warning is logged at start.
     pub admin_token: Option<String>,
@@ -76,7 +78,7 @@ impl Default for Config {
             redis_sentinels: None,
             redis_key_prefix: String::new(),
             redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
-            amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned(),
+            amqp_urls: vec!["amqp://guest:guest@127.0.0.1:5672/%2f".to_owned()],
             admin_token: None,
             lock_ttl: Duration::from_millis(10_000),
             lock_wait: Duration::from_millis(5_000),
@@ -108,7 +110,7 @@ impl Config {
             redis_key_prefix: std::env::var("REDIS_KEY_PREFIX").unwrap_or_default(),
             // Below a millisecond every call would time out; see the README for the default.
             redis_timeout: config::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
-            amqp_url: config::amqp_url("AMQP_URL", &defaults.amqp_url)?,
+            amqp_urls: config::amqp_nodes(&defaults.amqp_urls[0])?,
             admin_token: config::optional("ADMIN_TOKEN"),
             // Below 100 ms a renewal every third of the TTL races its own expiry.
             lock_ttl: config::millis_at_least("LOCK_TTL_MS", 10_000, 100)?,

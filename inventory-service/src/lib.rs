@@ -71,7 +71,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         config.tls.redis_ca.as_ref(),
     )?;
     let redis_health = RedisHealth::default();
-    let broker = Broker::new(&config.amqp_url, config.tls.amqp_ca.clone());
+    let broker = Broker::cluster(&config.amqp_urls, config.tls.amqp_ca.clone());
     let locker = lock::Locker::new(
         redis.clone(),
         RedisKeys::new(config.redis_key_prefix.clone()),

@@ -35,8 +35,9 @@ pub struct Config {
     /// before Redis counts as down (token requests then answer 503 at once until it
     /// answers again). Default `500`.
     pub redis_timeout: Duration,
-    /// `AMQP_URL`: RabbitMQ, including the vhost.
-    pub amqp_url: String,
+    /// `AMQP_URL`: RabbitMQ, including the vhost; or `AMQP_URLS`: the nodes of a RabbitMQ
+    /// cluster, comma-separated, tried in turn (see `platform::amqp`). Never empty.
+    pub amqp_urls: Vec<String>,
     /// `ADMIN_TOKEN`: bearer token of the admin endpoints; unset refuses them all.
     pub admin_token: Option<String>,
     /// `INVENTORY_URL`: inventory-service, asked by reconciliation.
@@ -84,7 +85,7 @@ impl Config {
             redis_key_prefix: env::string("REDIS_KEY_PREFIX", ""),
             // Below a millisecond every call would time out; see the README for the default.
             redis_timeout: env::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
-            amqp_url: env::amqp_url("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")?,
+            amqp_urls: env::amqp_nodes("amqp://guest:guest@127.0.0.1:5672/%2f")?,
             admin_token: env::optional("ADMIN_TOKEN"),
             inventory_url: env::string("INVENTORY_URL", "http://127.0.0.1:8081"),
             idempotency_token_ttl: env::positive_secs("IDEMPOTENCY_TOKEN_TTL_SECS", 3600)?,

@@ -79,7 +79,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
             .await
             .context("reading the idempotency token secret")?,
     };
-    let broker = Broker::new(&config.amqp_url, config.tls.amqp_ca.clone());
+    let broker = Broker::cluster(&config.amqp_urls, config.tls.amqp_ca.clone());
     let readiness = Readiness {
         db: db.clone(),
         redis: redis.clone(),

@@ -5,6 +5,11 @@
 //! channel, and starts over when the connection dies. Relay and consumers wait on that
 //! channel, so a broker restart needs no service restart.
 //!
+//! Given the nodes of a cluster (`AMQP_URLS`), it walks them: a node that cannot be reached
+//! hands over to the next at once, and only a full round of failures waits out a backoff; a
+//! lost connection is picked up again starting from the node after the one that was lost,
+//! since that one is most likely the node that just went away. (lapin takes one URI.)
+//!
 //! Both services declare the *whole* topology (all exchanges, queues and bindings), with the
 //! same arguments: an order taken while inventory-service has never run still lands in a
 //! durable queue instead of bouncing as unroutable.
@@ -28,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 /// must run (in the service's task tracker) for it ever to connect.
 #[derive(Clone)]
 pub struct Broker {
-    url: Arc<str>,
+    nodes: Arc<[String]>,
     ca: Option<CaBundle>,
     current: Arc<watch::Sender<Option<Arc<Connection>>>>,
     up: Arc<watch::Sender<bool>>,
@@ -43,10 +48,18 @@ impl std::fmt::Debug for Broker {
 }
 
 impl Broker {
-    /// An `amqps://` URL is verified against the system's roots plus `ca` when given.
+    /// One broker at `url`. An `amqps://` URL is verified against the system's roots plus
+    /// `ca` when given.
     pub fn new(url: &str, ca: Option<CaBundle>) -> Self {
+        Self::cluster(&[url.to_owned()], ca)
+    }
+
+    /// The nodes of one cluster, tried in turn (see the module's doc). Panics on an empty list:
+    /// configuration refuses one before a broker is made.
+    pub fn cluster(nodes: &[String], ca: Option<CaBundle>) -> Self {
+        assert!(!nodes.is_empty(), "a broker needs at least one node");
         Self {
-            url: Arc::from(url),
+            nodes: Arc::from(nodes),
             ca,
             current: Arc::new(watch::channel(None).0),
             up: Arc::new(watch::channel(false).0),
@@ -81,10 +94,14 @@ impl Broker {
     /// Keeps a connection open until `shutdown`: connects with backoff, declares the
     /// topology, publishes the connection, and starts over whenever it dies.
     pub async fn supervise(self, shutdown: CancellationToken) {
-        let mut failures = 0u32;
+        let mut node = 0usize;
+        let mut failures_this_round = 0usize;
+        let mut failed_rounds = 0u32;
         while !shutdown.is_cancelled() {
+            let index = node % self.nodes.len();
+            node += 1;
             let attempt = async {
-                let conn = self.connect().await?;
+                let conn = self.connect(&self.nodes[index]).await?;
                 let channel = conn.create_channel().await?;
                 declare_topology(&channel).await?;
                 channel.close(200, "topology declared".into()).await.ok();
@@ -92,19 +109,34 @@ impl Broker {
             };
             let conn = tokio::select! {
                 () = shutdown.cancelled() => break,
-                result = attempt => result,
+                result = tokio::time::timeout(CONNECT_TIMEOUT, attempt) => result,
             };
+            let at = NodeName(&self.nodes[index]);
             match conn {
-                Ok(conn) => {
-                    failures = 0;
-                    tracing::info!("connected to RabbitMQ");
+                Ok(Ok(conn)) => {
+                    failures_this_round = 0;
+                    failed_rounds = 0;
+                    tracing::info!(node = %at, "connected to RabbitMQ");
                     self.hold(Arc::new(conn), &shutdown).await;
                 }
-                Err(error) => {
-                    failures += 1;
-                    let delay =
-                        backoff(failures, Duration::from_millis(100), Duration::from_secs(5));
-                    tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "cannot reach RabbitMQ");
+                failed => {
+                    let error = match failed {
+                        Ok(Err(error)) => error.to_string(),
+                        _ => format!("no connection within {CONNECT_TIMEOUT:?}"),
+                    };
+                    failures_this_round += 1;
+                    if failures_this_round < self.nodes.len() {
+                        tracing::warn!(%error, node = %at, "cannot reach this RabbitMQ node; trying the next");
+                        continue;
+                    }
+                    failures_this_round = 0;
+                    failed_rounds += 1;
+                    let delay = backoff(
+                        failed_rounds,
+                        Duration::from_millis(100),
+                        Duration::from_secs(5),
+                    );
+                    tracing::warn!(%error, node = %at, retry_in_ms = delay.as_millis() as u64, "cannot reach RabbitMQ");
                     tokio::select! {
                         () = shutdown.cancelled() => break,
                         () = tokio::time::sleep(delay) => {}
@@ -114,13 +146,13 @@ impl Broker {
         }
     }
 
-    async fn connect(&self) -> lapin::Result<Connection> {
+    async fn connect(&self, url: &str) -> lapin::Result<Connection> {
         let tls = OwnedTLSConfig {
             identity: None,
             cert_chain: self.ca.as_ref().map(|ca| ca.pem().to_owned()),
         };
         Connection::connect_with_config(
-            &self.url,
+            url,
             ConnectionProperties::default(),
             tls,
             lapin::runtime::default_runtime()?,
@@ -159,6 +191,22 @@ impl Broker {
             // Consumers cancel their subscriptions on the same signal; let them finish first.
             tokio::time::sleep(Duration::from_millis(200)).await;
             conn.close(200, "shutting down".into()).await.ok();
+        }
+    }
+}
+
+/// How long one node may take to accept a connection and the topology. A node that hangs
+/// (paused, or cut off by a partition) would otherwise hold the walk to the next one.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A node's `host:port` for the logs; the URL itself carries the password.
+struct NodeName<'a>(&'a str);
+
+impl std::fmt::Display for NodeName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.parse::<lapin::uri::AMQPUri>() {
+            Ok(uri) => write!(f, "{}:{}", uri.authority.host, uri.authority.port),
+            Err(_) => f.write_str("?"),
         }
     }
 }

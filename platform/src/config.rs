@@ -116,10 +116,50 @@ pub fn database_urls(default: &str) -> anyhow::Result<Vec<String>> {
 /// retry a URL that can never work for as long as the service runs.
 pub fn amqp_url(name: &str, default: &str) -> anyhow::Result<String> {
     let url = string(name, default);
-    url.parse::<lapin::uri::AMQPUri>()
-        .map_err(|e| anyhow!("{e}"))
+    check_amqp_url(&url)
         .with_context(|| format!("environment variable {name} is not an AMQP URL"))?;
     Ok(url)
+}
+
+/// The broker's nodes: `AMQP_URLS` (comma-separated, one URL per node of a cluster) or
+/// `AMQP_URL` (one node, `default` when unset). Setting both is refused: which one is meant
+/// cannot be told, and a cluster silently reduced to one node loses what it was for.
+pub fn amqp_nodes(default: &str) -> anyhow::Result<Vec<String>> {
+    match (optional("AMQP_URLS"), optional("AMQP_URL")) {
+        (Some(_), Some(_)) => bail!(
+            "environment variables AMQP_URL and AMQP_URLS are both set: set AMQP_URL for one \
+             broker, or AMQP_URLS for the nodes of a cluster"
+        ),
+        (Some(list), None) => amqp_url_list("AMQP_URLS", &list),
+        (None, _) => Ok(vec![amqp_url("AMQP_URL", default)?]),
+    }
+}
+
+/// `list` split at commas, each entry checked as an AMQP URL; an error names `name` and the
+/// entry's position (not the URL, which carries a password).
+fn amqp_url_list(name: &str, list: &str) -> anyhow::Result<Vec<String>> {
+    list.split(',')
+        .map(str::trim)
+        .enumerate()
+        .map(|(n, url)| {
+            check_amqp_url(url).with_context(|| {
+                format!(
+                    "environment variable {name}: entry {} is not an AMQP URL",
+                    n + 1
+                )
+            })?;
+            Ok(url.to_owned())
+        })
+        .collect()
+}
+
+fn check_amqp_url(url: &str) -> anyhow::Result<()> {
+    if url.is_empty() {
+        bail!("it is empty");
+    }
+    url.parse::<lapin::uri::AMQPUri>()
+        .map(drop)
+        .map_err(|e| anyhow!("{e}"))
 }
 
 /// Messaging knobs both services read the same way.
@@ -173,6 +213,38 @@ impl Default for MessagingConfig {
             consumer_concurrency: 1,
             consumer_prefetch: 256,
             vacuum_every: Duration::from_secs(15),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_of_amqp_urls_keeps_its_order_and_refuses_a_bad_or_empty_entry() {
+        let nodes = amqp_url_list(
+            "AMQP_URLS",
+            "amqp://guest:guest@10.0.0.1:5672/%2f, amqp://guest:guest@10.0.0.2:5672/%2f",
+        )
+        .expect("two good nodes");
+        assert_eq!(
+            nodes,
+            [
+                "amqp://guest:guest@10.0.0.1:5672/%2f",
+                "amqp://guest:guest@10.0.0.2:5672/%2f"
+            ]
+        );
+        for (list, entry) in [
+            ("amqp://guest:guest@10.0.0.1:5672/%2f,not a url", "entry 2"),
+            ("amqp://guest:guest@10.0.0.1:5672/%2f,", "entry 2"),
+            (",amqp://guest:guest@10.0.0.1:5672/%2f", "entry 1"),
+        ] {
+            let error = format!("{:#}", amqp_url_list("AMQP_URLS", list).expect_err(list));
+            assert!(
+                error.contains("AMQP_URLS") && error.contains(entry),
+                "{list}: {error}"
+            );
         }
     }
 }

@@ -18,6 +18,8 @@ pub mod outbox;
 #[cfg(feature = "testing")]
 pub mod private_postgres;
 #[cfg(feature = "testing")]
+pub mod private_rabbitmq_cluster;
+#[cfg(feature = "testing")]
 pub mod private_redis;
 #[cfg(feature = "testing")]
 pub mod private_sentinel;

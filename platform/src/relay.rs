@@ -13,7 +13,8 @@
 //! - Publishes persistent, `mandatory` messages on a confirm channel and marks a row sent
 //!   only after the broker confirmed it. An unroutable (returned) or nacked message counts
 //!   as a failed attempt: retried with exponential backoff and jitter, and after
-//!   `max_attempts` marked `dead` for an operator (`/admin/outbox?status=dead`).
+//!   `max_attempts` marked `dead` for an operator (`/admin/outbox?status=dead`). After a nack
+//!   the next batch goes out on a fresh channel.
 //! - Publishing happens while the batch's rows are locked: if the process dies after the
 //!   publish but before the commit, the rows are published again — consumers deduplicate.
 //! - Commits without waiting for the WAL flush (`synchronous_commit = off` for its own
@@ -230,7 +231,14 @@ async fn relay_batch(
                 Ok(Ok(Confirmation::Ack(Some(_)))) => {
                     Err("unroutable: no queue is bound for it".to_owned())
                 }
-                Ok(Ok(Confirmation::Nack(_))) => Err("the broker refused the message".to_owned()),
+                Ok(Ok(Confirmation::Nack(_))) => {
+                    // A channel keeps its own view of each quorum queue it publishes to; one
+                    // opened while a queue was electing a new leader (a node lost) went on
+                    // refusing everything for as long as the node stayed down. A fresh
+                    // channel looks the queue up again.
+                    channel_broken = true;
+                    Err("the broker refused the message".to_owned())
+                }
                 Ok(Ok(Confirmation::NotRequested)) => {
                     Err("the channel does not confirm".to_owned())
                 }

@@ -105,7 +105,8 @@ pub async fn scrape_metric(base: &str, series: &str) -> f64 {
 }
 
 /// Starts the service `binary` once per `(variable, value)` of `refused`, on `database_url`, and
-/// asserts that each start is refused with a message naming the variable.
+/// asserts that each start is refused with a message naming the variable. An `AMQP_URLS` stands
+/// in for the command's `AMQP_URL` (both together are refused whatever they say).
 pub async fn assert_each_setting_refused(
     binary: &'static str,
     database_url: &str,
@@ -121,6 +122,9 @@ pub async fn assert_each_setting_refused(
         command
             .env("HTTP_ADDR", format!("127.0.0.1:{}", free_port()))
             .env(name, value);
+        if name == "AMQP_URLS" {
+            command.env_remove("AMQP_URL");
+        }
         let stderr = tokio::task::spawn_blocking(move || expect_refused_start(command))
             .await
             .expect("the check runs");

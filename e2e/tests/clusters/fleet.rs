@@ -107,9 +107,13 @@ impl Fleet {
         for base in bases {
             eventually(Duration::from_secs(60), || async {
                 let ready = fleet.client.get(format!("{base}/readyz")).send().await;
-                ready
-                    .is_ok_and(|r| r.status() == StatusCode::OK)
-                    .then_some(())
+                let ready = ready.is_ok_and(|r| r.status() == StatusCode::OK);
+                if !ready {
+                    // Rarely: a port of the ephemeral range polled before its service listens
+                    // can connect to itself and keep the service from binding it.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                ready.then_some(())
             })
             .await;
         }
@@ -206,8 +210,8 @@ pub struct LoadPlan {
 
 /// The load running in the background; [`Load::finish`] waits for its last order.
 pub struct Load {
-    started: Instant,
-    driver: tokio::task::JoinHandle<Vec<Outcome>>,
+    /// Every order's outcome, and how long it took until the last one was answered.
+    driver: tokio::task::JoinHandle<(Vec<Outcome>, Duration)>,
 }
 
 /// An order the service accepted (2xx).
@@ -263,6 +267,7 @@ impl Load {
         let bases: Arc<[String]> = fleet.order_bases().into();
         let client = client();
         let driver = tokio::spawn(async move {
+            let started = Instant::now();
             let interval = Duration::from_secs(1) / plan.rate;
             let total = (plan.duration.as_secs_f64() * f64::from(plan.rate)).round() as usize;
             let next_instance = Arc::new(AtomicUsize::new(0));
@@ -284,19 +289,16 @@ impl Load {
             for order in orders {
                 outcomes.push(order.await.expect("an order's task"));
             }
-            outcomes
+            (outcomes, started.elapsed())
         });
-        Load {
-            started: Instant::now(),
-            driver,
-        }
+        Load { driver }
     }
 
     /// Waits until every order was answered or gave up.
     pub async fn finish(self) -> LoadReport {
-        let outcomes = self.driver.await.expect("the load's driver");
+        let (outcomes, elapsed) = self.driver.await.expect("the load's driver");
         let mut report = LoadReport {
-            elapsed: self.started.elapsed(),
+            elapsed,
             ..LoadReport::default()
         };
         for outcome in outcomes {

@@ -5,5 +5,6 @@
 
 mod fleet;
 mod postgres_standby;
+mod rabbitmq_cluster;
 mod redis_sentinel;
 mod smoke;

@@ -69,7 +69,7 @@ async fn a_lock_held_elsewhere_for_long_delays_a_valid_order_but_never_dead_lett
     let held = other_process.acquire(ProductId(1)).await.expect("the lock");
     let before = contended(&metrics(&app).await);
 
-    let probe = AmqpProbe::connect(&app.config.amqp_url).await;
+    let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
     let order_id = Uuid::now_v7();
     publish_order(&probe, order_id).await;
 
@@ -115,7 +115,7 @@ async fn a_message_that_keeps_failing_is_dead_lettered_after_the_delivery_limit(
     .await
     .expect("a trigger");
 
-    let probe = AmqpProbe::connect(&app.config.amqp_url).await;
+    let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
     publish_order(&probe, order_id).await;
     let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
     eventually(Duration::from_secs(60), || async {

@@ -21,7 +21,7 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
         database_max_connections: 1,
         redis_url: redis_url(),
         redis_key_prefix: redis_prefix(),
-        amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
+        amqp_urls: vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()],
         ..Config::default()
     };
     let mut state = inventory_service::build_state(config).await.expect("state");

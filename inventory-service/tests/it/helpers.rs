@@ -82,7 +82,7 @@ impl TestApp {
             database_max_connections: 10,
             redis_url: redis_url(),
             redis_key_prefix: redis_prefix(),
-            amqp_url: vhost.url.clone(),
+            amqp_urls: vec![vhost.url.clone()],
             admin_token: Some(ADMIN_TOKEN.to_owned()),
             ..Config::default()
         };

@@ -85,7 +85,7 @@ async fn deductions_keep_flowing_through_the_service_while_redis_is_stopped() {
         redis_url: redis.url.clone(),
         redis_key_prefix: redis_prefix(),
         redis_timeout: Duration::from_millis(300),
-        amqp_url: vhost.url.clone(),
+        amqp_urls: vec![vhost.url.clone()],
         admin_token: Some(ADMIN_TOKEN.to_owned()),
         ..Default::default()
     };

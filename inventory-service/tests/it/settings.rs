@@ -37,6 +37,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("REDIS_CA_FILE", "/nonexistent/ca.pem"),
     ("AMQP_CA_FILE", "/etc/hostname"),
     ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+    ("AMQP_URLS", "amqp://guest:guest@127.0.0.1:1/%2f,not a url"),
+    ("AMQP_URLS", "amqp://guest:guest@127.0.0.1:1/%2f,"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]
@@ -53,7 +55,7 @@ async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
         database_urls: vec![db.url.clone()],
         redis_url: testing::redis_url(),
         redis_key_prefix: testing::redis_prefix(),
-        amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
+        amqp_urls: vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()],
         ..Config::default()
     };
     let state = inventory_service::build_state(config).await.expect("state");

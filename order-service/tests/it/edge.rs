@@ -60,7 +60,7 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
     config.database_max_connections = 1;
     config.redis_url = testing::redis_url();
     config.redis_key_prefix = testing::redis_prefix();
-    config.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into();
+    config.amqp_urls = vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()];
     config.admin_token = Some(ADMIN_TOKEN.into());
     let mut state = order_service::build_state(config).await.expect("state");
     // One connection, which the test holds: every request waits out the acquire timeout.

@@ -31,7 +31,7 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         redis_key_prefix: redis_prefix.to_owned(),
         redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
         // Nothing listens on port 1: the broker stays down unless a test sets a vhost.
-        amqp_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
+        amqp_urls: vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()],
         admin_token: Some("test-admin-token".into()),
         inventory_url: "http://127.0.0.1:1".into(),
         idempotency_token_ttl: Duration::from_secs(3600),
@@ -60,7 +60,7 @@ impl TestApp {
         let vhost = TestVhost::create();
         let url = vhost.url.clone();
         let mut app = Self::spawn_with(|c| {
-            c.amqp_url = url;
+            c.amqp_urls = vec![url];
             configure(c);
         })
         .await;

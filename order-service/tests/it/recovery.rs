@@ -15,7 +15,7 @@ async fn events_written_while_the_broker_is_unreachable_are_published_when_it_re
     let vhost = TestVhost::create();
     let proxy = ChaosProxy::start("127.0.0.1:5672").await;
     let via_proxy = format!("amqp://guest:guest@{}/{}", proxy.addr, vhost.name);
-    let app = TestApp::spawn_with(|c| c.amqp_url = via_proxy).await;
+    let app = TestApp::spawn_with(|c| c.amqp_urls = vec![via_proxy]).await;
     let probe = platform::testing::AmqpProbe::connect(&vhost.url).await;
 
     app.create_order(&order_body(1, 1001, 1)).await;
@@ -49,6 +49,40 @@ async fn events_written_while_the_broker_is_unreachable_are_published_when_it_re
         (app.get("/readyz").await.status() == 200).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn the_broker_nodes_are_walked_past_a_dead_one_and_past_one_that_is_lost() {
+    let vhost = TestVhost::create();
+    let (first, second) = (
+        ChaosProxy::start("127.0.0.1:5672").await,
+        ChaosProxy::start("127.0.0.1:5672").await,
+    );
+    let node = |proxy: &ChaosProxy| format!("amqp://guest:guest@{}/{}", proxy.addr, vhost.name);
+    // Nothing listens on port 1: the list starts with a node that is down for good.
+    let nodes = vec![
+        format!("amqp://guest:guest@127.0.0.1:1/{}", vhost.name),
+        node(&first),
+        node(&second),
+    ];
+    let app = TestApp::spawn_with(|c| c.amqp_urls = nodes).await;
+    let probe = platform::testing::AmqpProbe::connect(&vhost.url).await;
+
+    let before = app.create_order(&order_body(1, 1001, 1)).await;
+    let published = probe
+        .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 1, WAIT)
+        .await;
+    assert_eq!(published.len(), 1, "published past the dead node");
+    assert_eq!(published[0].body["payload"]["order_id"], before["order_id"]);
+
+    // The walk reached the first live node; losing it leaves only the last one.
+    first.cut();
+    let after = app.create_order(&order_body(1, 1002, 1)).await;
+    let published = probe
+        .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 1, WAIT)
+        .await;
+    assert_eq!(published.len(), 1, "published through the remaining node");
+    assert_eq!(published[0].body["payload"]["order_id"], after["order_id"]);
 }
 
 #[tokio::test]

@@ -47,6 +47,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("REDIS_CA_FILE", "/nonexistent/ca.pem"),
     ("AMQP_CA_FILE", "/etc/hostname"),
     ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+    ("AMQP_URLS", "amqp://guest:guest@127.0.0.1:1/%2f,not a url"),
+    ("AMQP_URLS", "amqp://guest:guest@127.0.0.1:1/%2f,"),
 ];
 
 #[tokio::test(flavor = "multi_thread")]
@@ -58,6 +60,30 @@ async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_jwt_secret_and_a_jwks_url_together_stop_the_start() {
+    let stderr = refused_start_with(&[
+        ("AUTH_JWT_SECRET", "a secret that is long enough, 32+ bytes"),
+        ("AUTH_JWKS_URL", "https://id.example/jwks.json"),
+    ])
+    .await;
+    assert!(
+        stderr.contains("AUTH_JWT_SECRET") && stderr.contains("AUTH_JWKS_URL"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn amqp_url_and_amqp_urls_together_stop_the_start_naming_both() {
+    // The command carries an AMQP_URL already.
+    let stderr = refused_start_with(&[("AMQP_URLS", "amqp://guest:guest@127.0.0.1:2/%2f")]).await;
+    assert!(
+        stderr.contains("AMQP_URL ") && stderr.contains("AMQP_URLS"),
+        "{stderr}"
+    );
+}
+
+/// Starts the binary with `env` added to a working configuration, expects it to refuse the
+/// start, and returns what it wrote to stderr.
+async fn refused_start_with(env: &[(&str, &str)]) -> String {
     let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
     let mut command = testing::service_command(
         env!("CARGO_BIN_EXE_order-service"),
@@ -67,15 +93,10 @@ async fn a_jwt_secret_and_a_jwks_url_together_stop_the_start() {
     );
     command
         .env("HTTP_ADDR", format!("127.0.0.1:{}", testing::free_port()))
-        .env("AUTH_JWT_SECRET", "a secret that is long enough, 32+ bytes")
-        .env("AUTH_JWKS_URL", "https://id.example/jwks.json");
-    let stderr = tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
+        .envs(env.iter().copied());
+    tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
         .await
-        .expect("the check runs");
-    assert!(
-        stderr.contains("AUTH_JWT_SECRET") && stderr.contains("AUTH_JWKS_URL"),
-        "{stderr}"
-    );
+        .expect("the check runs")
 }
 
 #[tokio::test]
