@@ -15,8 +15,8 @@
 -- Its recorded response is chosen from the ones the caller prepared: applied_bodies[i] for
 -- APPLIED, short_bodies[j] or unknown_bodies[j] for a refusal by product j.
 --
--- Returns one row per request, in order: the verdict and, unless 'reused', the row its id
--- now has in `deductions` (the first answer, to send or to replay).
+-- Returns one row per request, in order: the verdict and, unless 'reused', the outcome its
+-- id has in `deductions` (the first answer, to send or to replay).
 --
 -- Raises serialization_failure (40001, retried by the caller) when another writer recorded
 -- one of these ids meanwhile, or when the conditional update changed fewer rows than judged;
@@ -49,9 +49,13 @@ DECLARE
     stock_left bigint[];
     versions   bigint[];
     taken      bigint[];
-    -- Ids stored before this call, with their fingerprints.
-    stored_ids text[];
-    stored_fps text[];
+    -- Ids stored before this call, with their fingerprints and first outcomes.
+    stored_ids     text[];
+    stored_fps     text[];
+    stored_status  text[];
+    stored_reasons text[];
+    stored_codes   smallint[];
+    stored_bodies  bytea[];
     -- Per request i.
     verdicts   text[] := array_fill(NULL::text, ARRAY[m]);
     statuses   text[] := array_fill(NULL::text, ARRAY[m]);
@@ -64,6 +68,7 @@ DECLARE
     i          integer;
     j          integer;
     first      integer;
+    stored_at  integer;
     refused_by integer;
     s          bigint;
     v          bigint;
@@ -92,19 +97,35 @@ BEGIN
         END IF;
     END LOOP;
 
-    SELECT array_agg(d.deduction_id), array_agg(d.fingerprint)
-      INTO stored_ids, stored_fps
+    SELECT array_agg(d.deduction_id), array_agg(d.fingerprint), array_agg(d.status),
+           array_agg(d.rejection_reason), array_agg(d.response_status), array_agg(d.response_body)
+      INTO stored_ids, stored_fps, stored_status, stored_reasons, stored_codes, stored_bodies
       FROM deductions AS d
      WHERE d.deduction_id = ANY (ids);
 
     FOR i IN 1..m LOOP
         first := array_position(ids, ids[i]);
-        IF ids[i] = ANY (stored_ids) THEN
-            verdicts[i] := CASE WHEN stored_fps[array_position(stored_ids, ids[i])] = fingerprints[i]
-                                THEN 'stored' ELSE 'reused' END;
+        stored_at := array_position(stored_ids, ids[i]);
+        IF stored_at IS NOT NULL THEN
+            IF stored_fps[stored_at] = fingerprints[i] THEN
+                verdicts[i] := 'stored';
+                statuses[i] := stored_status[stored_at];
+                reasons[i] := stored_reasons[stored_at];
+                resp_codes[i] := stored_codes[stored_at];
+                resp_bodies[i] := stored_bodies[stored_at];
+            ELSE
+                verdicts[i] := 'reused';
+            END IF;
         ELSIF first < i THEN
-            verdicts[i] := CASE WHEN fingerprints[first] = fingerprints[i]
-                                THEN 'same' ELSE 'reused' END;
+            IF fingerprints[first] = fingerprints[i] THEN
+                verdicts[i] := 'same';
+                statuses[i] := statuses[first];
+                reasons[i] := reasons[first];
+                resp_codes[i] := resp_codes[first];
+                resp_bodies[i] := resp_bodies[first];
+            ELSE
+                verdicts[i] := 'reused';
+            END IF;
         ELSE
             verdicts[i] := 'first';
             firsts := firsts + 1;
@@ -190,11 +211,12 @@ BEGIN
         END IF;
     END IF;
 
+    -- From memory, not from the table: a join here was planned once, generically, as a scan
+    -- of every stored deduction.
     RETURN QUERY
-    SELECT k, verdicts[k], d.status, d.rejection_reason, d.response_status, d.response_body
-      FROM generate_subscripts(ids, 1) AS k
-      LEFT JOIN deductions AS d
-        ON verdicts[k] <> 'reused' AND d.deduction_id = ids[k]
-     ORDER BY k;
+    SELECT u.ord::integer, u.verdict, u.status, u.reason, u.code, u.body
+      FROM unnest(verdicts, statuses, reasons, resp_codes, resp_bodies)
+           WITH ORDINALITY AS u (verdict, status, reason, code, body, ord)
+     ORDER BY u.ord;
 END;
 $$;
