@@ -18,12 +18,6 @@
 -- Returns one row per request, in order: the verdict and, unless 'reused', the outcome its
 -- id has in `deductions` (the first answer, to send or to replay).
 --
--- Commits WITHOUT waiting for the WAL flush (synchronous_commit off for its own transaction):
--- the row locks go as soon as the commit record is written, so the next batch runs while this
--- one's flush is under way, and concurrent flushes are merged. Its outcomes are visible but
--- not yet durable when it returns: the caller answers nobody before a later synchronous
--- commit has flushed the WAL past this one (`pg_logical_emit_message(true, ...)` then commit).
---
 -- Raises serialization_failure (40001, retried by the caller) when another writer recorded
 -- one of these ids meanwhile, or when the conditional update changed fewer rows than judged;
 -- raises invalid_parameter_value on malformed input. Either way nothing is written.
@@ -48,8 +42,8 @@ CREATE FUNCTION apply_deductions(
     response_body    bytea
 ) LANGUAGE plpgsql
 -- Each statement planned for the values and table sizes of this call. A cached generic plan
--- is made once, early, while `deductions` is nearly empty; its scan of the table then grew
--- with every deduction stored.
+-- is made once, early, while `deductions` is nearly empty; its scan of the whole table then
+-- grew with every deduction stored.
 SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
@@ -107,8 +101,6 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END LOOP;
-
-    PERFORM set_config('synchronous_commit', 'off', true);
 
     SELECT array_agg(d.deduction_id), array_agg(d.fingerprint), array_agg(d.status),
            array_agg(d.rejection_reason), array_agg(d.response_status), array_agg(d.response_body)

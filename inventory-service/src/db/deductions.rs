@@ -1,7 +1,6 @@
 //! The `deductions` table (the first outcome of every deduction id, kept for replays) and
 //! `apply_deductions`, the database function (migration 0004) that reads, judges and writes a
-//! whole batch of deductions in one call: one round trip and, sent alone, one commit, made
-//! durable by [`make_durable`] while the next batch runs.
+//! whole batch of deductions in one call: one round trip and, sent alone, one commit.
 
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
@@ -123,9 +122,7 @@ impl VerdictRow {
 /// Applies a batch: every request of `deductions` names exactly `products` (ascending), and
 /// is judged in order against the stock the earlier ones left. One verdict per request, in
 /// order. Sent on a connection outside a transaction, the call is its own transaction: when
-/// it returns, its outcomes are committed and visible, but NOT yet durable (the function
-/// does not wait for the WAL flush, so the next batch need not either): answer nobody before
-/// [`make_durable`] returns.
+/// it returns, its outcomes are committed (and, with `synchronous_commit` on, durable).
 ///
 /// A serialization failure (40001) means another writer recorded one of these ids meanwhile
 /// (nothing was written; try again and its id replays).
@@ -179,17 +176,6 @@ pub async fn apply_batch(
     rows.into_iter()
         .map(|row| row.read().map_err(decode))
         .collect()
-}
-
-/// Returns once everything committed before it was called is durable: a transaction that
-/// writes a WAL record (a logical message no decoder needs) commits synchronously, and its
-/// flush covers every commit record before its own. Concurrent flushes are merged by
-/// PostgreSQL's group commit.
-pub async fn make_durable(conn: &mut PgConnection) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_logical_emit_message(true, 'inventory-service', 'deductions durable')")
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 /// The one HTTP status that responses of a kind share (the function stores one per kind).

@@ -4,17 +4,14 @@
 //! let locks = locker.acquire_all(&products).await?;   // once per attempt; may be bypassed
 //! locks.ensure_held()?;                               // lost while waiting? try again
 //! SELECT … FROM apply_deductions(…)                   // ONE round trip: read, judge, write, commit
-//! locks.release()                                     // the leader goes on to the next batch
-//! make_durable(); answer every request                // meanwhile, on its own task
+//! locks.release(); answer every request
 //! ```
 //! The judging happens inside the database function (migration 0004), under row locks taken
 //! in ascending product id: each request against the stock the earlier ones left, replays
 //! and ids repeated inside the batch answered with the first outcome, the stock changed by
 //! the conditional update (version and stock as read). The call runs in an implicit
-//! transaction that commits without waiting for the WAL flush, so the row is free for the
-//! next batch at once; the answers wait for a synchronous commit after it ([`once_durable`]),
-//! whose flush covers this one. Every answer, a replay's too, goes out only once what it
-//! tells is durable.
+//! transaction, so when it returns its outcomes are committed, durably (`synchronous_commit`
+//! stays on), and only then is anyone answered.
 //!
 //! The Redis lock keeps batches of several processes from queueing on the row lock; it is
 //! not what keeps stock correct. A lock lost during the call cannot make it write on a stale
@@ -73,22 +70,6 @@ pub(super) async fn run(
                 return verdicts.into_iter().map(answer).collect();
             }
             Err(error) => return failed(error.into(), batch.len()),
-        }
-    }
-}
-
-/// `answers` once the outcomes they tell are durable; if that cannot be confirmed, a failure
-/// for each (the outcome may stand or not: a retry with the same id finds out).
-pub(super) async fn once_durable(db: &PgPool, answers: Vec<Answer>) -> Vec<Answer> {
-    let flushed = match db.acquire().await {
-        Ok(mut conn) => db::deductions::make_durable(&mut conn).await,
-        Err(error) => Err(error),
-    };
-    match flushed {
-        Ok(()) => answers,
-        Err(error) => {
-            let size = answers.len();
-            failed(error.into(), size)
         }
     }
 }

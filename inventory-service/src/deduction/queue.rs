@@ -1,6 +1,6 @@
 //! The group commit of `POST /deductions`: requests for the same products queue up while a
 //! batch of theirs is being applied, and when it commits, the leader takes everything queued
-//! (up to [`MAX_BATCH`]) as the next batch, while the previous one's commit is flushed. No wait to gather: a request that finds no batch
+//! (up to [`MAX_BATCH`]) as the next batch. No wait to gather: a request that finds no batch
 //! under way starts one at once, alone.
 //!
 //! Requests are grouped by their lock key, the sorted set of their products. The hot case
@@ -161,16 +161,10 @@ impl Deductions {
                 &batch,
             )
             .await;
-            // The next batch starts while this one's commit is flushed: the flush, not the
-            // row lock, is what the answers wait for.
-            let db = self.inner.db.clone();
-            tokio::spawn(async move {
-                let answers = batch::once_durable(&db, answers).await;
-                for (waiter, answer) in batch.into_iter().zip(answers) {
-                    // A receiver that is gone was a client that left; its outcome is stored.
-                    let _ = waiter.reply.send(answer);
-                }
-            });
+            for (waiter, answer) in batch.into_iter().zip(answers) {
+                // A receiver that is gone was a client that left; its outcome is stored.
+                let _ = waiter.reply.send(answer);
+            }
         }
     }
 

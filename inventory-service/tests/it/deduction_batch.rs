@@ -339,26 +339,3 @@ async fn an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry
     );
     assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
 }
-
-#[tokio::test]
-async fn make_durable_flushes_the_wal_past_a_batch_committed_before_it() {
-    let db = database(&[(PRODUCT, 5)]).await;
-    apply(&db.pool, &[PRODUCT], &[request("a", "one", &[1])])
-        .await
-        .expect("applied");
-    let mut conn = db.pool.acquire().await.expect("a connection");
-    // The batch committed without waiting for the flush: its commit record is at most here.
-    let written: String = sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
-        .fetch_one(&mut *conn)
-        .await
-        .expect("an LSN");
-    deductions::make_durable(&mut conn)
-        .await
-        .expect("made durable");
-    let flushed: bool = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn")
-        .bind(&written)
-        .fetch_one(&mut *conn)
-        .await
-        .expect("a comparison");
-    assert!(flushed, "the WAL is flushed past {written}");
-}
