@@ -13,20 +13,13 @@ use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgPool;
 
+use crate::helpers::database_with_products;
+
 const PRODUCT: i64 = 7;
 const OTHER: i64 = 8;
 
 async fn database(products: &[(i64, i64)]) -> TestDatabase {
-    let db = TestDatabase::create("deduction_batch", &inventory_service::MIGRATOR).await;
-    for (product, stock) in products {
-        sqlx::query("INSERT INTO products (product_id, name, stock) VALUES ($1, 'widget', $2)")
-            .bind(product)
-            .bind(stock)
-            .execute(&db.pool)
-            .await
-            .expect("a product");
-    }
-    db
+    database_with_products("deduction_batch", products).await
 }
 
 async fn stock_and_version(pool: &PgPool, product: i64) -> (i64, i64) {
