@@ -13,8 +13,8 @@ pub const LOCK_ACQUISITIONS_TOTAL: &str = "lock_acquisitions_total";
 pub const LOCK_WAIT_SECONDS: &str = "lock_wait_seconds";
 /// `lock_renewals_total`: lock keys renewed by the watchdog.
 pub const LOCK_RENEWALS_TOTAL: &str = "lock_renewals_total";
-/// `deduction_version_conflicts_total`: conditional updates that found the row changed
-/// since it was read (then re-read and retried).
+/// `deduction_version_conflicts_total`: deduction batches undone because another writer got
+/// in first (an id of the batch recorded meanwhile, a row not as read), then retried.
 pub const DEDUCTION_VERSION_CONFLICTS_TOTAL: &str = "deduction_version_conflicts_total";
 /// `deductions_total{result}`: `POST /deductions` outcomes: `applied`, `insufficient_stock`,
 /// `unknown_product`, `replayed`.

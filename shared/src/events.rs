@@ -40,6 +40,13 @@ impl RejectionReason {
             Self::UnknownProduct => "unknown_product",
         }
     }
+
+    /// Reads the stored form strictly: `None` for anything but the two known values.
+    pub fn parse(raw: &str) -> Option<Self> {
+        [Self::InsufficientStock, Self::UnknownProduct]
+            .into_iter()
+            .find(|reason| reason.as_str() == raw)
+    }
 }
 
 /// The wrapper every message body shares. `E` is one of the per-exchange event enums below.
@@ -170,5 +177,17 @@ mod tests {
             "event_type": "order.exploded", "payload": {}
         });
         assert!(serde_json::from_value::<Envelope<OrderEvent>>(json).is_err());
+    }
+
+    #[test]
+    fn a_rejection_reason_is_read_back_strictly() {
+        for reason in [
+            RejectionReason::InsufficientStock,
+            RejectionReason::UnknownProduct,
+        ] {
+            assert_eq!(RejectionReason::parse(reason.as_str()), Some(reason));
+        }
+        assert_eq!(RejectionReason::parse("out_of_stock"), None);
+        assert_eq!(RejectionReason::parse("UNKNOWN_PRODUCT"), None);
     }
 }

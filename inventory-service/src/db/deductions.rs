@@ -1,164 +1,248 @@
-//! The `deductions` table (the first outcome of every deduction id, kept for replays) and the
-//! one statement that writes a whole batch of deductions with its stock change.
+//! The `deductions` table (the first outcome of every deduction id, kept for replays) and
+//! `apply_deductions`, the database function (migration 0004) that reads, judges and writes a
+//! whole batch of deductions in one call: one round trip and, sent alone, one commit.
 
-use std::collections::HashMap;
-
+use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgConnection;
 
 use crate::domain::deduction::{DeductionStatus, UnknownStatus};
+use crate::replay::StoredResponse;
 
-/// The first outcome of a deduction id.
+/// The first outcome of a deduction id, as its row keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredDeduction {
-    pub fingerprint: String,
     pub status: DeductionStatus,
+    /// Set exactly when `status` is rejected.
+    pub rejection_reason: Option<RejectionReason>,
     pub response_status: i16,
     pub response_body: Vec<u8>,
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    deduction_id: String,
-    fingerprint: String,
-    status: String,
-    response_status: i16,
-    response_body: Vec<u8>,
-}
-
-/// A deduction's outcome about to be recorded.
+/// One request of a batch, ready for [`apply_batch`].
 #[derive(Debug, Clone)]
 pub struct NewDeduction<'a> {
     pub deduction_id: &'a str,
     pub fingerprint: &'a str,
+    /// The canonical items, stored for audits.
     pub items: serde_json::Value,
-    pub status: DeductionStatus,
-    /// `insufficient_stock` or `unknown_product` when rejected.
-    pub rejection_reason: Option<&'static str>,
-    pub response_status: u16,
-    pub response_body: &'a [u8],
+    /// One per product of the batch, in the batch's (ascending) order.
+    pub quantities: Vec<i64>,
+    /// What it answers if applied.
+    pub applied: StoredResponse,
 }
 
-/// One product's stock and the version it was read at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
-pub struct StockRow {
-    pub product_id: i64,
-    pub stock: i64,
-    pub version: i64,
+/// What a refusal by each product of the batch answers; one per product, in the batch's
+/// order. A refusal's body names the product and the reason, not the request.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals {
+    pub short: Vec<StoredResponse>,
+    pub unknown: Vec<StoredResponse>,
 }
 
-/// The units of one product a batch deducts, guarded by the version they were judged at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StockChange {
-    pub product: ProductId,
-    pub quantity: i64,
-    pub version: i64,
+/// What one request of a batch got, in the words `apply_deductions` returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The first request with its id: its outcome was recorded now, and is answered.
+    First(StoredDeduction),
+    /// Repeats, with the same items, an id first used earlier in the same batch.
+    Same(StoredDeduction),
+    /// Its id was recorded before this batch, with the same items.
+    Stored(StoredDeduction),
+    /// Its id was used before (stored, or earlier in this batch) with other items.
+    Reused,
 }
 
-/// What [`write_batch`] wrote; the caller commits only when both counts are full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchWrite {
-    /// Products whose conditional update matched (of the changes passed).
-    pub changed: i64,
-    /// Deduction rows inserted (of the rows passed); fewer when an id was taken meanwhile.
-    pub recorded: i64,
+/// A row `apply_deductions` returned that this code does not know how to read: a schema
+/// drift, never guessed about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("apply_deductions returned {0}")]
+pub struct UnknownVerdict(pub String);
+
+impl From<UnknownStatus> for UnknownVerdict {
+    fn from(error: UnknownStatus) -> Self {
+        Self(error.to_string())
+    }
 }
 
-/// The stock rows of `products` that exist.
-pub async fn read_stock(
+/// One row as `apply_deductions` returns it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct VerdictRow {
+    pub ordinal: i32,
+    pub verdict: String,
+    pub status: Option<String>,
+    pub rejection_reason: Option<String>,
+    pub response_status: Option<i16>,
+    pub response_body: Option<Vec<u8>>,
+}
+
+impl VerdictRow {
+    /// Reads the row strictly: an unknown verdict, status or reason, a missing recorded row
+    /// or a reason that does not match the status is an error.
+    pub fn read(self) -> Result<Verdict, UnknownVerdict> {
+        if self.verdict == "reused" {
+            return Ok(Verdict::Reused);
+        }
+        let (Some(status), Some(response_status), Some(response_body)) =
+            (self.status, self.response_status, self.response_body)
+        else {
+            return Err(UnknownVerdict(format!(
+                "a {:?} verdict without its recorded row",
+                self.verdict
+            )));
+        };
+        let status = DeductionStatus::parse(&status)?;
+        let rejection_reason = match (status, self.rejection_reason.as_deref()) {
+            (DeductionStatus::Applied, None) => None,
+            (DeductionStatus::Rejected, Some(raw)) => Some(
+                RejectionReason::parse(raw)
+                    .ok_or_else(|| UnknownVerdict(format!("rejection reason {raw:?}")))?,
+            ),
+            (status, reason) => {
+                return Err(UnknownVerdict(format!(
+                    "a {status:?} deduction with rejection reason {reason:?}"
+                )));
+            }
+        };
+        let stored = StoredDeduction {
+            status,
+            rejection_reason,
+            response_status,
+            response_body,
+        };
+        match self.verdict.as_str() {
+            "first" => Ok(Verdict::First(stored)),
+            "same" => Ok(Verdict::Same(stored)),
+            "stored" => Ok(Verdict::Stored(stored)),
+            other => Err(UnknownVerdict(format!("verdict {other:?}"))),
+        }
+    }
+}
+
+/// Applies a batch: every request of `deductions` names exactly `products` (ascending), and
+/// is judged in order against the stock the earlier ones left. One verdict per request, in
+/// order. Sent on a connection outside a transaction, the call is its own transaction: when
+/// it returns, its outcomes are committed (and, with `synchronous_commit` on, durable).
+///
+/// A serialization failure (40001) means another writer recorded one of these ids meanwhile
+/// (nothing was written; try again and its id replays).
+pub async fn apply_batch(
     conn: &mut PgConnection,
     products: &[ProductId],
-) -> sqlx::Result<Vec<StockRow>> {
-    let ids: Vec<i64> = products.iter().map(|p| p.0).collect();
-    sqlx::query_as::<_, StockRow>(
-        "SELECT product_id, stock, version FROM products WHERE product_id = ANY($1)",
-    )
-    .bind(&ids)
-    .fetch_all(conn)
-    .await
-}
-
-/// The stored outcomes of those of `ids` that were seen before, by deduction id.
-pub async fn find_many(
-    conn: &mut PgConnection,
-    ids: &[&str],
-) -> sqlx::Result<HashMap<String, StoredDeduction>> {
-    let rows = sqlx::query_as::<_, Row>(
-        "SELECT deduction_id, fingerprint, status, response_status, response_body \
-         FROM deductions WHERE deduction_id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(conn)
-    .await?;
-    rows.into_iter()
-        .map(|row| {
-            let status = DeductionStatus::parse(&row.status)
-                .map_err(|e: UnknownStatus| sqlx::Error::Decode(Box::new(e)))?;
-            let stored = StoredDeduction {
-                fingerprint: row.fingerprint,
-                status,
-                response_status: row.response_status,
-                response_body: row.response_body,
-            };
-            Ok((row.deduction_id, stored))
-        })
-        .collect()
-}
-
-/// Applies `changes` with the conditional update and inserts `deductions`, in one statement.
-///
-/// Both writes always run (data-modifying CTEs do); the counts say whether each did all of
-/// its job: a version that moved or a stock gone short leaves its product unchanged, a
-/// deduction id inserted meanwhile by another writer is skipped (`ON CONFLICT DO NOTHING`
-/// waits for that writer's commit, so the next read sees its row). The caller rolls back
-/// unless both counts are full: never a partial batch.
-pub async fn write_batch(
-    conn: &mut PgConnection,
-    changes: &[StockChange],
     deductions: &[NewDeduction<'_>],
-) -> sqlx::Result<BatchWrite> {
-    let products: Vec<i64> = changes.iter().map(|c| c.product.0).collect();
-    let quantities: Vec<i64> = changes.iter().map(|c| c.quantity).collect();
-    let versions: Vec<i64> = changes.iter().map(|c| c.version).collect();
+    refusals: &Refusals,
+) -> sqlx::Result<Vec<Verdict>> {
+    let products: Vec<i64> = products.iter().map(|p| p.0).collect();
     let ids: Vec<&str> = deductions.iter().map(|d| d.deduction_id).collect();
     let fingerprints: Vec<&str> = deductions.iter().map(|d| d.fingerprint).collect();
     let items: Vec<&serde_json::Value> = deductions.iter().map(|d| &d.items).collect();
-    let statuses: Vec<&str> = deductions.iter().map(|d| d.status.as_str()).collect();
-    let reasons: Vec<Option<&str>> = deductions.iter().map(|d| d.rejection_reason).collect();
-    let response_statuses: Vec<i16> = deductions
+    let quantities: Vec<i64> = deductions
         .iter()
-        .map(|d| i16::try_from(d.response_status).unwrap_or(500))
+        .flat_map(|d| d.quantities.iter().copied())
         .collect();
-    let bodies: Vec<&[u8]> = deductions.iter().map(|d| d.response_body).collect();
-    let (changed, recorded): (i64, i64) = sqlx::query_as(
-        "WITH changed AS ( \
-             UPDATE products AS p \
-             SET stock = p.stock - c.quantity, version = p.version + 1, updated_at = now() \
-             FROM unnest($1::int8[], $2::int8[], $3::int8[]) AS c (product_id, quantity, version) \
-             WHERE p.product_id = c.product_id AND p.version = c.version \
-               AND p.stock >= c.quantity \
-             RETURNING p.product_id \
-         ), recorded AS ( \
-             INSERT INTO deductions (deduction_id, fingerprint, items, status, \
-                                     rejection_reason, response_status, response_body) \
-             SELECT * FROM unnest($4::text[], $5::text[], $6::jsonb[], $7::text[], \
-                                  $8::text[], $9::int2[], $10::bytea[]) \
-             ON CONFLICT ON CONSTRAINT deductions_pkey DO NOTHING \
-             RETURNING deduction_id \
-         ) \
-         SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM recorded)",
+    let applied: Vec<&[u8]> = deductions
+        .iter()
+        .map(|d| d.applied.body.as_slice())
+        .collect();
+    let rows: Vec<VerdictRow> = sqlx::query_as(
+        "SELECT ordinal, verdict, status, rejection_reason, response_status, response_body \
+         FROM apply_deductions($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(&products)
-    .bind(&quantities)
-    .bind(&versions)
     .bind(&ids)
     .bind(&fingerprints)
     .bind(&items)
-    .bind(&statuses)
-    .bind(&reasons)
-    .bind(&response_statuses)
-    .bind(&bodies)
-    .fetch_one(conn)
+    .bind(&quantities)
+    .bind(one_status(deductions.iter().map(|d| &d.applied))?)
+    .bind(&applied)
+    .bind(one_status(&refusals.short)?)
+    .bind(bodies(&refusals.short))
+    .bind(one_status(&refusals.unknown)?)
+    .bind(bodies(&refusals.unknown))
+    .fetch_all(conn)
     .await?;
-    Ok(BatchWrite { changed, recorded })
+    if rows.len() != deductions.len()
+        || rows
+            .iter()
+            .zip(1..)
+            .any(|(row, ordinal)| row.ordinal != ordinal)
+    {
+        return Err(decode(UnknownVerdict(format!(
+            "{} rows out of order for {} requests",
+            rows.len(),
+            deductions.len()
+        ))));
+    }
+    rows.into_iter()
+        .map(|row| row.read().map_err(decode))
+        .collect()
+}
+
+/// The one HTTP status that responses of a kind share (the function stores one per kind).
+fn one_status<'a>(responses: impl IntoIterator<Item = &'a StoredResponse>) -> sqlx::Result<i16> {
+    let mut statuses = responses.into_iter().map(|r| r.status.as_u16());
+    let first = statuses.next().unwrap_or(500);
+    if statuses.any(|s| s != first) {
+        return Err(sqlx::Error::Protocol(
+            "responses of one kind with different statuses".to_owned(),
+        ));
+    }
+    i16::try_from(first).map_err(|_| sqlx::Error::Protocol(format!("status {first}")))
+}
+
+fn bodies(responses: &[StoredResponse]) -> Vec<&[u8]> {
+    responses.iter().map(|r| r.body.as_slice()).collect()
+}
+
+fn decode(error: UnknownVerdict) -> sqlx::Error {
+    sqlx::Error::Decode(Box::new(error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(verdict: &str, status: Option<&str>, reason: Option<&str>) -> VerdictRow {
+        VerdictRow {
+            ordinal: 1,
+            verdict: verdict.to_owned(),
+            status: status.map(str::to_owned),
+            rejection_reason: reason.map(str::to_owned),
+            response_status: status.map(|_| 409),
+            response_body: status.map(|_| b"{}".to_vec()),
+        }
+    }
+
+    #[test]
+    fn a_returned_row_is_read_strictly() {
+        let refused = row("first", Some("REJECTED"), Some("insufficient_stock")).read();
+        assert!(matches!(
+            refused,
+            Ok(Verdict::First(StoredDeduction {
+                rejection_reason: Some(RejectionReason::InsufficientStock),
+                ..
+            }))
+        ));
+        assert!(matches!(
+            row("same", Some("APPLIED"), None).read(),
+            Ok(Verdict::Same(_))
+        ));
+        assert!(matches!(
+            row("stored", Some("APPLIED"), None).read(),
+            Ok(Verdict::Stored(_))
+        ));
+        assert_eq!(row("reused", None, None).read(), Ok(Verdict::Reused));
+
+        for odd in [
+            row("partial", Some("APPLIED"), None),
+            row("FIRST", Some("APPLIED"), None),
+            row("first", Some("PARTIAL"), None),
+            row("first", Some("REJECTED"), Some("out_of_stock")),
+            row("first", Some("REJECTED"), None),
+            row("first", Some("APPLIED"), Some("unknown_product")),
+            row("stored", None, None),
+        ] {
+            assert!(odd.clone().read().is_err(), "{odd:?}");
+        }
+    }
 }

@@ -8,18 +8,6 @@
 use shared::ids::ProductId;
 use sqlx::PgConnection;
 
-/// Re-reads after a lost race before [`StockError::Contended`] (so 1 + this many tries).
-pub const MAX_VERSION_RETRIES: u32 = 5;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StockError {
-    /// The row kept changing between read and update; roll back, back off and try again.
-    #[error("the stock of product {0} kept changing under the conditional update")]
-    Contended(ProductId),
-    #[error(transparent)]
-    Database(#[from] sqlx::Error),
-}
-
 /// A product's stock and the version it was read at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
 pub struct StockRow {

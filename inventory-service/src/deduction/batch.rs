@@ -1,31 +1,37 @@
 //! Applying one batch of deductions for one product set:
 //! ```text
-//! let locks = locker.acquire_all(&products).await?;   // once per batch; may be bypassed
-//! begin; read stock and versions; read the stored ids of the batch
-//! judge every request in arrival order                // pure, see `judge`
-//! write every new outcome + the stock change          // one statement, conditional update
-//! locks.ensure_held()?;                                // lost? roll back, retry
-//! commit; answer every request; locks.release()
+//! prepare every request's answers (applied, refused by each product)   // once per batch
+//! let locks = locker.acquire_all(&products).await?;   // once per attempt; may be bypassed
+//! locks.ensure_held()?;                               // lost while waiting? try again
+//! SELECT … FROM apply_deductions(…)                   // ONE round trip: read, judge, write, commit
+//! locks.release(); answer every request
 //! ```
-//! A version that moved (a restock, a reservation) or an id recorded meanwhile by another
-//! writer rolls the transaction back; the batch is read and judged again under the same
-//! lock, then, after [`db::stock::MAX_VERSION_RETRIES`], again under a new lock with
-//! backoff ([`Retry`]) until 503 `busy`.
+//! The judging happens inside the database function (migration 0004), under row locks taken
+//! in ascending product id: each request against the stock the earlier ones left, replays
+//! and ids repeated inside the batch answered with the first outcome, the stock changed by
+//! the conditional update (version and stock as read). The call runs in an implicit
+//! transaction, so when it returns its outcomes are committed, durably (`synchronous_commit`
+//! stays on), and only then is anyone answered.
+//!
+//! The Redis lock keeps batches of several processes from queueing on the row lock; it is
+//! not what keeps stock correct. A lock lost during the call cannot make it write on a stale
+//! read: the function reads and writes under the row lock in one transaction.
+//!
+//! An id recorded meanwhile by another writer fails the call with a serialization failure,
+//! which is retried with backoff ([`Retry`]) until 503 `busy`; the next call replays it.
 
-use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use anyhow::anyhow;
+use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgPool;
 
-use super::judge::{self, Judgement, Pending, Verdict};
 use super::queue::{Counters, Waiter};
-use super::response::{first_response, recorded_as, replay, reused};
+use super::response::{self, applied_response, refusal_response, reused};
 use super::retry::{AttemptError, Retry};
 use crate::db;
-use crate::db::deductions::{NewDeduction, StoredDeduction};
-use crate::db::stock::StockError;
-use crate::domain::deduction::Outcome;
+use crate::db::deductions::{NewDeduction, Refusals, Verdict};
 use crate::error::ApiError;
 use crate::lock::{Locker, Locks};
 use crate::metrics;
@@ -44,145 +50,97 @@ pub(super) async fn run(
         .first()
         .map(|w| w.request.items.product_ids())
         .unwrap_or_default();
+    let (deductions, refusals) = match prepare(batch, &products) {
+        Ok(prepared) => prepared,
+        Err(error) => return failed(error, batch.len()),
+    };
     let mut retry = Retry::new(locker.options().wait);
     loop {
-        match attempt(db, locker, counters, &products, batch).await {
+        match attempt(db, locker, &products, &deductions, &refusals).await {
             Err(error) if error.is_retryable() && retry.pause().await => {
+                if matches!(error, AttemptError::Api(ApiError::Database(_))) {
+                    metrics::version_conflict();
+                }
                 tracing::debug!(%error, size = batch.len(), "retrying a batch of deductions");
             }
-            Ok(answers) => return answers,
+            Ok(verdicts) => {
+                if verdicts.iter().any(|v| matches!(v, Verdict::First(_))) {
+                    counters.commits.fetch_add(1, Ordering::Relaxed);
+                }
+                return verdicts.into_iter().map(answer).collect();
+            }
             Err(error) => return failed(error.into(), batch.len()),
         }
     }
 }
 
+/// Every request as the function takes it, with the answer it stores if applied, and the
+/// answers of a refusal by each product.
+fn prepare<'a>(
+    batch: &'a [Waiter],
+    products: &[ProductId],
+) -> Result<(Vec<NewDeduction<'a>>, Refusals), ApiError> {
+    let mut deductions = Vec::with_capacity(batch.len());
+    for waiter in batch {
+        let items = waiter.request.items.as_slice();
+        if items.len() != products.len()
+            || items.iter().zip(products).any(|(i, p)| i.product_id != *p)
+        {
+            return Err(anyhow!("a deduction joined a batch for other products").into());
+        }
+        deductions.push(NewDeduction {
+            deduction_id: waiter.request.id.as_str(),
+            fingerprint: &waiter.fingerprint,
+            items: waiter.request.items.canonical_json(),
+            quantities: items.iter().map(|i| i.quantity).collect(),
+            applied: applied_response(&waiter.request)?,
+        });
+    }
+    let refused_by = |reason| {
+        products
+            .iter()
+            .map(|&product| refusal_response(reason, product))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let refusals = Refusals {
+        short: refused_by(RejectionReason::InsufficientStock)?,
+        unknown: refused_by(RejectionReason::UnknownProduct)?,
+    };
+    Ok((deductions, refusals))
+}
+
 async fn attempt(
     db: &PgPool,
     locker: &Locker,
-    counters: &Counters,
     products: &[ProductId],
-    batch: &[Waiter],
-) -> Result<Vec<Answer>, AttemptError> {
+    deductions: &[NewDeduction<'_>],
+    refusals: &Refusals,
+) -> Result<Vec<Verdict>, AttemptError> {
     let locks = locker.acquire_all(products).await?;
-    let result = apply_under(&locks, db, counters, products, batch).await;
+    let result = apply_under(&locks, db, products, deductions, refusals).await;
     locks.release().await;
     result
 }
 
-/// Applies the batch under `locks`; [`StockError::Contended`] when the rows kept changing.
 async fn apply_under(
     locks: &Locks,
     db: &PgPool,
-    counters: &Counters,
     products: &[ProductId],
-    batch: &[Waiter],
-) -> Result<Vec<Answer>, AttemptError> {
-    let pending: Vec<Pending<'_>> = batch
-        .iter()
-        .map(|w| Pending {
-            id: w.request.id.as_str(),
-            fingerprint: &w.fingerprint,
-            items: w.request.items.as_slice(),
-        })
-        .collect();
-    let ids: Vec<&str> = pending.iter().map(|p| p.id).collect();
-    for _ in 0..=db::stock::MAX_VERSION_RETRIES {
-        let mut tx = db.begin().await?;
-        let stock = db::deductions::read_stock(&mut tx, products).await?;
-        let stored = db::deductions::find_many(&mut tx, &ids).await?;
-        let judgement = judge::judge(&pending, &stock, &stored);
-        let firsts = first_responses(batch, &judgement)?;
-        let rows: Vec<NewDeduction<'_>> = firsts
-            .iter()
-            .map(|(index, outcome, response)| {
-                let waiter = &batch[*index];
-                recorded_as(&waiter.request, &waiter.fingerprint, *outcome, response)
-            })
-            .collect();
-        if rows.is_empty() {
-            // A batch of replays alone writes nothing; its transaction only read.
-            tx.rollback().await?;
-        } else {
-            let written = db::deductions::write_batch(&mut tx, &judgement.changes, &rows).await?;
-            if written.changed < count(judgement.changes.len())
-                || written.recorded < count(rows.len())
-            {
-                // A row moved since the read, or another writer took one of these ids: what
-                // was judged no longer holds. Undo everything and judge again.
-                tx.rollback().await?;
-                metrics::version_conflict();
-                continue;
-            }
-            locks.ensure_held()?;
-            tx.commit().await?;
-            counters
-                .commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        for (_, outcome, _) in &firsts {
-            metrics::deduction(match outcome {
-                Outcome::Applied => "applied",
-                Outcome::Rejected { reason, .. } => reason.as_str(),
-            });
-        }
-        return Ok(answers(batch, &judgement, firsts, &stored));
+    deductions: &[NewDeduction<'_>],
+    refusals: &Refusals,
+) -> Result<Vec<Verdict>, AttemptError> {
+    // A lock that expired while its holder was paused: give it up before writing anything.
+    locks.ensure_held()?;
+    let mut conn = db.acquire().await?;
+    Ok(db::deductions::apply_batch(&mut conn, products, deductions, refusals).await?)
+}
+
+fn answer(verdict: Verdict) -> Answer {
+    match verdict {
+        Verdict::First(stored) => response::first(stored),
+        Verdict::Same(stored) | Verdict::Stored(stored) => response::replay(stored),
+        Verdict::Reused => Err(reused()),
     }
-    let product = products.first().copied().unwrap_or(ProductId(0));
-    Err(StockError::Contended(product).into())
-}
-
-/// The first requests of their ids: index in the batch, outcome and response.
-fn first_responses(
-    batch: &[Waiter],
-    judgement: &Judgement,
-) -> Result<Vec<(usize, Outcome, StoredResponse)>, ApiError> {
-    judgement
-        .verdicts
-        .iter()
-        .enumerate()
-        .filter_map(|(index, verdict)| match verdict {
-            Verdict::First(outcome) => Some(
-                first_response(&batch[index].request, *outcome)
-                    .map(|response| (index, *outcome, response)),
-            ),
-            _ => None,
-        })
-        .collect()
-}
-
-fn answers(
-    batch: &[Waiter],
-    judgement: &Judgement,
-    firsts: Vec<(usize, Outcome, StoredResponse)>,
-    stored: &HashMap<String, StoredDeduction>,
-) -> Vec<Answer> {
-    let firsts: HashMap<usize, StoredResponse> = firsts
-        .into_iter()
-        .map(|(index, _, response)| (index, response))
-        .collect();
-    judgement
-        .verdicts
-        .iter()
-        .enumerate()
-        .map(|(index, verdict)| match verdict {
-            Verdict::First(_) => firsts
-                .get(&index)
-                .cloned()
-                .ok_or_else(|| anyhow!("a first deduction lost its response").into()),
-            Verdict::SameAs(first) => {
-                let first = firsts
-                    .get(first)
-                    .ok_or_else(|| anyhow!("a repeated deduction id lost its first response"))?;
-                metrics::deduction("replayed");
-                Ok(StoredResponse::again(first.status, first.body.clone()))
-            }
-            Verdict::Stored => stored
-                .get(batch[index].request.id.as_str())
-                .ok_or_else(|| ApiError::from(anyhow!("a stored deduction vanished")))
-                .and_then(replay),
-            Verdict::Reused => Err(reused()),
-        })
-        .collect()
 }
 
 /// The same failure for every request of the batch. Only the first carries the cause, so a
@@ -200,8 +158,4 @@ fn failed(error: ApiError, size: usize) -> Vec<Answer> {
             answers
         }
     }
-}
-
-fn count(len: usize) -> i64 {
-    i64::try_from(len).unwrap_or(i64::MAX)
 }

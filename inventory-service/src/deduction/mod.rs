@@ -2,15 +2,15 @@
 //! for every request that queued for the same products while the previous batch ran.
 //!
 //! - [`queue`]: who leads, what joins the next batch, [`MAX_BATCH`].
-//! - [`batch`]: one batch under one lock: read, judge, write in one statement, commit.
-//! - [`judge`]: every request in arrival order against the stock the earlier ones left.
+//! - [`batch`]: one batch under one lock, in one round trip: the database function
+//!   `apply_deductions` reads, judges every request in arrival order against the stock the
+//!   earlier ones left, writes and commits.
 //! - [`response`]: the first answer of an id (stored) and its replays.
 //! - [`retry`]: which failures are lost races, retried before answering 503 `busy`.
 //!
 //! A batch of one runs the same code as a batch of a hundred: there is no other write path.
 
 mod batch;
-mod judge;
 mod queue;
 mod response;
 mod retry;

@@ -5,76 +5,74 @@ use anyhow::{Context, anyhow};
 use axum::http::StatusCode;
 use shared::Problem;
 use shared::events::RejectionReason;
+use shared::ids::ProductId;
 
 use super::{AppliedStatus, DeductionApplied};
-use crate::db::deductions::{NewDeduction, StoredDeduction};
-use crate::domain::deduction::{DeductionRequest, DeductionStatus, Outcome};
+
+use crate::db::deductions::StoredDeduction;
+use crate::domain::deduction::{DeductionRequest, DeductionStatus};
 use crate::error::ApiError;
 use crate::metrics;
 use crate::replay::StoredResponse;
 
-/// The response the first request with this id gets, as it will be stored.
-pub fn first_response(
-    request: &DeductionRequest,
-    outcome: Outcome,
-) -> Result<StoredResponse, ApiError> {
-    let (status, body) = match outcome {
-        Outcome::Applied => {
-            let body = DeductionApplied {
-                deduction_id: request.id.as_str().to_owned(),
-                status: AppliedStatus::Applied,
-                items: request.items.as_slice().to_vec(),
-            };
-            (StatusCode::OK, serde_json::to_vec(&body))
-        }
-        Outcome::Rejected { reason, product_id } => {
-            let problem = match reason {
-                RejectionReason::InsufficientStock => Problem::new(
-                    StatusCode::CONFLICT,
-                    "insufficient-stock",
-                    "Insufficient stock",
-                    format!(
-                        "product {product_id} has too little stock for this deduction; nothing was deducted"
-                    ),
-                ),
-                RejectionReason::UnknownProduct => Problem::new(
-                    StatusCode::NOT_FOUND,
-                    "unknown-product",
-                    "Unknown product",
-                    format!("product {product_id} does not exist; nothing was deducted"),
-                ),
-            };
-            (problem.status_code(), serde_json::to_vec(&problem))
-        }
+/// What `request` answers if it is applied, as it will be stored.
+pub fn applied_response(request: &DeductionRequest) -> Result<StoredResponse, ApiError> {
+    let body = DeductionApplied {
+        deduction_id: request.id.as_str().to_owned(),
+        status: AppliedStatus::Applied,
+        items: request.items.as_slice().to_vec(),
     };
-    let body = body.context("serialising a deduction outcome")?;
-    Ok(StoredResponse::first(status, body))
+    let body = serde_json::to_vec(&body).context("serialising an applied deduction")?;
+    Ok(StoredResponse::first(StatusCode::OK, body))
 }
 
-/// The row that keeps a deduction's first outcome.
-pub fn recorded_as<'a>(
-    request: &'a DeductionRequest,
-    fingerprint: &'a str,
-    outcome: Outcome,
-    response: &'a StoredResponse,
-) -> NewDeduction<'a> {
-    let rejection_reason = match outcome {
-        Outcome::Applied => None,
-        Outcome::Rejected { reason, .. } => Some(reason.as_str()),
+/// What a deduction refused because of `product_id` answers, as it will be stored. It names
+/// the product, not the request, so one serves every request of a batch.
+pub fn refusal_response(
+    reason: RejectionReason,
+    product_id: ProductId,
+) -> Result<StoredResponse, ApiError> {
+    let problem = match reason {
+        RejectionReason::InsufficientStock => Problem::new(
+            StatusCode::CONFLICT,
+            "insufficient-stock",
+            "Insufficient stock",
+            format!(
+                "product {product_id} has too little stock for this deduction; nothing was deducted"
+            ),
+        ),
+        RejectionReason::UnknownProduct => Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-product",
+            "Unknown product",
+            format!("product {product_id} does not exist; nothing was deducted"),
+        ),
     };
-    NewDeduction {
-        deduction_id: request.id.as_str(),
-        fingerprint,
-        items: request.items.canonical_json(),
-        status: DeductionStatus::from(outcome),
-        rejection_reason,
-        response_status: response.status.as_u16(),
-        response_body: &response.body,
-    }
+    let body = serde_json::to_vec(&problem).context("serialising a refused deduction")?;
+    Ok(StoredResponse::first(problem.status_code(), body))
+}
+
+/// The answer recorded just now for the first request of an id.
+pub fn first(stored: StoredDeduction) -> Result<StoredResponse, ApiError> {
+    let response = checked(&stored)?;
+    metrics::deduction(match stored.rejection_reason {
+        None => "applied",
+        Some(reason) => reason.as_str(),
+    });
+    Ok(StoredResponse::first(response, stored.response_body))
 }
 
 /// The stored first answer of an id, sent again.
-pub fn replay(stored: &StoredDeduction) -> Result<StoredResponse, ApiError> {
+pub fn replay(stored: StoredDeduction) -> Result<StoredResponse, ApiError> {
+    let status = checked(&stored)?;
+    metrics::deduction("replayed");
+    Ok(StoredResponse::again(status, stored.response_body))
+}
+
+/// The stored response status, once it agrees with the stored outcome: an applied deduction
+/// answered 200 and a rejected one a problem; a row saying otherwise is corrupt, and sending
+/// it would tell the client the wrong thing.
+fn checked(stored: &StoredDeduction) -> Result<StatusCode, ApiError> {
     let status = u16::try_from(stored.response_status)
         .ok()
         .and_then(|s| StatusCode::from_u16(s).ok())
@@ -84,8 +82,6 @@ pub fn replay(stored: &StoredDeduction) -> Result<StoredResponse, ApiError> {
                 stored.response_status
             )
         })?;
-    // An applied deduction answered 200 and a rejected one a problem; a row saying otherwise
-    // is corrupt, and replaying it would tell the client the wrong thing.
     if status.is_success() != (stored.status == DeductionStatus::Applied) {
         return Err(anyhow!(
             "stored deduction is {:?} but its response status is {status}",
@@ -93,8 +89,7 @@ pub fn replay(stored: &StoredDeduction) -> Result<StoredResponse, ApiError> {
         )
         .into());
     }
-    metrics::deduction("replayed");
-    Ok(StoredResponse::again(status, stored.response_body.clone()))
+    Ok(status)
 }
 
 /// A deduction id repeated with other items.
@@ -108,8 +103,9 @@ mod tests {
 
     fn stored(status: DeductionStatus, response_status: i16) -> StoredDeduction {
         StoredDeduction {
-            fingerprint: "f".to_owned(),
             status,
+            rejection_reason: (status == DeductionStatus::Rejected)
+                .then_some(RejectionReason::InsufficientStock),
             response_status,
             response_body: b"{}".to_vec(),
         }
@@ -117,10 +113,13 @@ mod tests {
 
     #[test]
     fn a_stored_outcome_replays_only_when_its_status_matches_its_response() {
-        let again = replay(&stored(DeductionStatus::Rejected, 409)).expect("a replay");
+        let again = replay(stored(DeductionStatus::Rejected, 409)).expect("a replay");
         assert_eq!((again.status, again.replayed), (StatusCode::CONFLICT, true));
-        assert!(replay(&stored(DeductionStatus::Applied, 200)).is_ok());
-        assert!(replay(&stored(DeductionStatus::Applied, 409)).is_err());
-        assert!(replay(&stored(DeductionStatus::Rejected, 200)).is_err());
+        assert!(replay(stored(DeductionStatus::Applied, 200)).is_ok());
+        assert!(replay(stored(DeductionStatus::Applied, 409)).is_err());
+        assert!(replay(stored(DeductionStatus::Rejected, 200)).is_err());
+        assert!(first(stored(DeductionStatus::Rejected, 200)).is_err());
+        let answered = first(stored(DeductionStatus::Applied, 200)).expect("a first answer");
+        assert!(!answered.replayed);
     }
 }

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::db::stock::StockError;
 use crate::error::ApiError;
 use crate::lock::LockError;
 
@@ -12,8 +11,6 @@ use crate::lock::LockError;
 pub enum AttemptError {
     #[error(transparent)]
     Lock(#[from] LockError),
-    #[error(transparent)]
-    Stock(#[from] StockError),
     #[error(transparent)]
     Api(#[from] ApiError),
 }
@@ -28,9 +25,10 @@ impl AttemptError {
     /// A lost race: the attempt changed nothing and another one may well succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Lock(LockError::Lost) | Self::Stock(StockError::Contended(_)) => true,
-            // PostgreSQL undid the transaction because of another one (a deadlock, say).
-            Self::Stock(StockError::Database(error)) | Self::Api(ApiError::Database(error)) => {
+            Self::Lock(LockError::Lost) => true,
+            // PostgreSQL undid the transaction because of another one: a deadlock, or
+            // `apply_deductions` finding an id of its batch recorded meanwhile.
+            Self::Api(ApiError::Database(error)) => {
                 platform::consumer::is_database_contention(error)
             }
             _ => false,
@@ -44,10 +42,14 @@ impl From<AttemptError> for ApiError {
             AttemptError::Lock(LockError::Timeout(waited)) => Self::Busy(format!(
                 "the stock is locked by other deductions (waited {waited:?}); retry shortly"
             )),
-            AttemptError::Lock(LockError::Lost) | AttemptError::Stock(StockError::Contended(_)) => {
-                Self::Busy("the stock kept changing under this deduction; retry shortly".to_owned())
+            AttemptError::Lock(LockError::Lost) => Self::Busy(
+                "the stock lock kept being lost under this deduction; retry shortly".to_owned(),
+            ),
+            AttemptError::Api(ApiError::Database(error))
+                if platform::consumer::is_database_contention(&error) =>
+            {
+                Self::Busy("other writers kept getting in the way; retry shortly".to_owned())
             }
-            AttemptError::Stock(StockError::Database(error)) => error.into(),
             AttemptError::Api(error) => error,
         }
     }
@@ -105,9 +107,6 @@ mod tests {
     #[test]
     fn only_lost_races_are_retried() {
         assert!(AttemptError::Lock(LockError::Lost).is_retryable());
-        assert!(
-            AttemptError::Stock(StockError::Contended(shared::ids::ProductId(1))).is_retryable()
-        );
         assert!(!AttemptError::Lock(LockError::Timeout(Duration::from_secs(1))).is_retryable());
         assert!(!AttemptError::Api(ApiError::NotFound("x".into())).is_retryable());
     }

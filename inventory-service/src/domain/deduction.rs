@@ -1,8 +1,8 @@
 //! Deductions: the items rules (shared with orders), the deduction id, the canonical form that
-//! decides whether two requests are "the same", and the outcome of deducting.
+//! decides whether two requests are "the same", and how a stored deduction ended.
 
 use sha2::{Digest, Sha256};
-use shared::events::{LineItem, RejectionReason};
+use shared::events::LineItem;
 use shared::ids::ProductId;
 
 use super::Invalid;
@@ -79,19 +79,6 @@ pub struct DeductionRequest {
     pub items: Items,
 }
 
-/// What deducting a set of items did: all of them, or none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Every item was deducted.
-    Applied,
-    /// Nothing was deducted, because of `product_id` (the first item, in ascending product
-    /// id, that could not be deducted).
-    Rejected {
-        reason: RejectionReason,
-        product_id: ProductId,
-    },
-}
-
 /// How a deduction id's first request ended, as the `deductions.status` column keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeductionStatus {
@@ -121,15 +108,6 @@ impl DeductionStatus {
             "APPLIED" => Ok(Self::Applied),
             "REJECTED" => Ok(Self::Rejected),
             other => Err(UnknownStatus(other.to_owned())),
-        }
-    }
-}
-
-impl From<Outcome> for DeductionStatus {
-    fn from(outcome: Outcome) -> Self {
-        match outcome {
-            Outcome::Applied => Self::Applied,
-            Outcome::Rejected { .. } => Self::Rejected,
         }
     }
 }

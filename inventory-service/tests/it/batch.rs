@@ -17,6 +17,8 @@ use shared::keys::{self, RedisKeys};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::helpers::database_with_products;
+
 struct Setup {
     db: TestDatabase,
     handler: OrderEvents,
@@ -41,15 +43,7 @@ fn locker(prefix: &str) -> Locker {
 
 async fn setup(products: &[(i64, i64)]) -> Setup {
     platform::testing::init_logs();
-    let db = TestDatabase::create("batch", &inventory_service::MIGRATOR).await;
-    for (product, stock) in products {
-        sqlx::query("INSERT INTO products (product_id, name, stock) VALUES ($1, 'widget', $2)")
-            .bind(product)
-            .bind(stock)
-            .execute(&db.pool)
-            .await
-            .expect("a product");
-    }
+    let db = database_with_products("batch", products).await;
     let prefix = redis_prefix();
     let handler = OrderEvents {
         db: db.pool.clone(),

@@ -274,3 +274,18 @@ pub async fn assert_exactly_fifty_applied(app: &TestApp, product: i64, statuses:
             .expect("count");
     assert_eq!(recorded, 50);
 }
+
+/// A migrated database of its own with `(product_id, stock)` products, for tests that drive
+/// the service's code without the service.
+pub async fn database_with_products(prefix: &str, products: &[(i64, i64)]) -> TestDatabase {
+    let db = TestDatabase::create(prefix, &inventory_service::MIGRATOR).await;
+    for (product, stock) in products {
+        sqlx::query("INSERT INTO products (product_id, name, stock) VALUES ($1, 'widget', $2)")
+            .bind(product)
+            .bind(stock)
+            .execute(&db.pool)
+            .await
+            .expect("a product");
+    }
+    db
+}
