@@ -23,6 +23,7 @@ pub mod private_rabbitmq_cluster;
 pub mod private_redis;
 #[cfg(feature = "testing")]
 pub mod private_sentinel;
+#[cfg(feature = "testing")]
 pub mod private_standby;
 #[cfg(feature = "testing")]
 pub mod private_tls;
