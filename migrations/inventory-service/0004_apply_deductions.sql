@@ -85,8 +85,10 @@ BEGIN
         OR coalesce(cardinality(applied_bodies), 0) <> m
         OR coalesce(cardinality(short_bodies), 0) <> n
         OR coalesce(cardinality(unknown_bodies), 0) <> n
-        OR applied_status IS NULL OR short_status IS NULL OR unknown_status IS NULL THEN
-        RAISE EXCEPTION 'apply_deductions: % products and % requests with arrays of other lengths', n, m
+        OR applied_status IS NULL OR short_status IS NULL OR unknown_status IS NULL
+        -- A missing id or fingerprint would otherwise surface as a not-null violation.
+        OR array_position(ids, NULL) IS NOT NULL OR array_position(fingerprints, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'apply_deductions: % products and % requests with arrays of other lengths or missing ids', n, m
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR j IN 1..n LOOP

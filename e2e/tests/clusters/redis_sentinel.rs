@@ -210,7 +210,7 @@ async fn a_sentinel_failover_under_load_oversells_nothing_and_keeps_one_order_pe
     }
     println!(
         "locks: {bypassed} acquisitions bypassed while no primary answered; {conflicts} \
-         conditional updates found the row changed"
+         deduction batches undone by another writer and retried"
     );
     assert!(
         bypassed > 0.0,

@@ -245,6 +245,26 @@ async fn malformed_input_fails_loudly_and_writes_nothing() {
             .map(|c| c.into_owned());
         assert_eq!(code.as_deref(), Some("22023"), "{products:?}: {error}");
     }
+    // A missing id or fingerprint, which the typed call above cannot send.
+    for (id, fingerprint) in [(None, Some("f")), (Some("a"), None)] {
+        let error = sqlx::query(
+            "SELECT * FROM apply_deductions(ARRAY[$1]::int8[], ARRAY[$2]::text[], \
+             ARRAY[$3]::text[], ARRAY['[]']::jsonb[], ARRAY[1]::int8[], 200::int2, \
+             ARRAY['']::bytea[], 409::int2, ARRAY['']::bytea[], 404::int2, ARRAY['']::bytea[])",
+        )
+        .bind(PRODUCT)
+        .bind(id)
+        .bind(fingerprint)
+        .execute(&db.pool)
+        .await
+        .expect_err("refused");
+        let code = error.as_database_error().and_then(|e| e.code());
+        assert_eq!(
+            code.as_deref(),
+            Some("22023"),
+            "{id:?} {fingerprint:?}: {error}"
+        );
+    }
     assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (5, 0));
     assert_eq!(recorded(&db.pool).await.0, 0);
 }
