@@ -526,3 +526,32 @@ pub async fn record_a_newer_migration(pool: &PgPool) {
     .await
     .expect("record a newer migration");
 }
+
+/// Credentials an admin route must refuse: none, a wrong bearer token, another scheme.
+pub const REFUSED_CREDENTIALS: [Option<&str>; 3] =
+    [None, Some("Bearer wrong-token"), Some("Basic dXNlcjpwdw==")];
+
+/// Sends `request` with `credential` as its `Authorization` header (none for `None`); the
+/// response and its challenge (see [`challenge_of`]).
+pub async fn send_with_credential(
+    request: reqwest::RequestBuilder,
+    credential: Option<&str>,
+) -> (reqwest::Response, String) {
+    let request = match credential {
+        Some(value) => request.header("Authorization", value),
+        None => request,
+    };
+    let response = request.send().await.expect("request");
+    let challenge = challenge_of(&response);
+    (response, challenge)
+}
+
+/// The response's `WWW-Authenticate` challenge, empty when it has none.
+pub fn challenge_of(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}

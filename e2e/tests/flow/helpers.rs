@@ -182,6 +182,23 @@ impl Stack {
         AmqpProbe::connect(&self.vhost.url).await
     }
 
+    /// Product 1001 with stock 10 and two confirmed orders of it, of 2 and 3 units (5 left):
+    /// one to keep and one to cancel, for the flows that give stock back.
+    pub async fn two_confirmed_orders(&self) -> (Value, Value) {
+        self.create_product(1001, 10).await;
+        let kept = self
+            .place(json!([{"product_id": 1001, "quantity": 2}]))
+            .await;
+        let cancelled = self
+            .place(json!([{"product_id": 1001, "quantity": 3}]))
+            .await;
+        for order in [&kept, &cancelled] {
+            assert_eq!(self.settled(&id(order)).await["status"], "CONFIRMED");
+        }
+        assert_eq!(self.stock(1001).await, 5);
+        (kept, cancelled)
+    }
+
     /// Cancels `order_id` while inventory is down and takes its `order.cancelled` off the
     /// queue, as a broker losing it would, then starts inventory again: only reconciliation
     /// can give the stock back now. (A creation reconciliation published again while the order

@@ -41,18 +41,7 @@ async fn a_users_order_settles_cancels_and_is_reconciled_with_identity_on() {
     stack.start_inventory().await;
     // The stack's orders name user 1.
     stack.bearer = Some(token_of("1"));
-    stack.create_product(1001, 10).await;
-
-    let kept = stack
-        .place(json!([{"product_id": 1001, "quantity": 2}]))
-        .await;
-    let cancelled = stack
-        .place(json!([{"product_id": 1001, "quantity": 3}]))
-        .await;
-    for order in [&kept, &cancelled] {
-        assert_eq!(stack.settled(&id(order)).await["status"], "CONFIRMED");
-    }
-    assert_eq!(stack.stock(1001).await, 5);
+    let (kept, cancelled) = stack.two_confirmed_orders().await;
 
     // Nobody else sees or cancels them; nobody without the admin token reads reservations.
     let stranger = stack

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use shared::keys;
 
 use crate::helpers::{Stack, id};
@@ -15,17 +14,7 @@ async fn a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once() {
         c.reconcile_every = Duration::from_millis(200);
     })
     .await;
-    stack.create_product(1001, 10).await;
-    let kept = stack
-        .place(json!([{"product_id": 1001, "quantity": 2}]))
-        .await;
-    let cancelled = stack
-        .place(json!([{"product_id": 1001, "quantity": 3}]))
-        .await;
-    for order in [&kept, &cancelled] {
-        assert_eq!(stack.settled(&id(order)).await["status"], "CONFIRMED");
-    }
-    assert_eq!(stack.stock(1001).await, 5);
+    let (kept, cancelled) = stack.two_confirmed_orders().await;
 
     stack
         .cancel_and_lose_the_cancellation(&id(&cancelled))

@@ -1,6 +1,7 @@
 //! Admin endpoints need `Authorization: Bearer <ADMIN_TOKEN>`; without a configured token,
 //! nothing gets in.
 
+use platform::testing;
 use serde_json::json;
 
 use crate::helpers::{ADMIN_TOKEN, TestApp, assert_problem};
@@ -97,19 +98,10 @@ const ADMIN_ROUTES: [(&str, &str); 5] = [
 async fn every_401_carries_a_bearer_challenge() {
     let app = TestApp::spawn().await;
     for (method, path) in ADMIN_ROUTES {
-        for credential in [None, Some("Bearer wrong-token"), Some("Basic dXNlcjpwdw==")] {
+        for credential in testing::REFUSED_CREDENTIALS {
             let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-            let mut request = app.anonymous.request(method.clone(), app.url(path));
-            if let Some(value) = credential {
-                request = request.header("Authorization", value);
-            }
-            let response = request.send().await.expect("request");
-            let challenge = response
-                .headers()
-                .get("www-authenticate")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
+            let request = app.anonymous.request(method.clone(), app.url(path));
+            let (response, challenge) = testing::send_with_credential(request, credential).await;
             assert!(
                 challenge.starts_with("Bearer"),
                 "{method} {path} with {credential:?}: {challenge:?}"
@@ -148,18 +140,9 @@ async fn with_reservations_require_admin_reading_a_reservation_needs_the_admin_t
     assert_problem(response, 404, "not-found").await;
 
     let closed = TestApp::spawn_with(|c| c.reservations_require_admin = true).await;
-    for credential in [None, Some("Bearer wrong-token"), Some("Basic dXNlcjpwdw==")] {
-        let mut request = closed.anonymous.get(closed.url(path));
-        if let Some(value) = credential {
-            request = request.header("Authorization", value);
-        }
-        let response = request.send().await.expect("GET");
-        let challenge = response
-            .headers()
-            .get("www-authenticate")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+    for credential in testing::REFUSED_CREDENTIALS {
+        let request = closed.anonymous.get(closed.url(path));
+        let (response, challenge) = testing::send_with_credential(request, credential).await;
         assert_eq!(challenge, "Bearer realm=\"admin\"", "{credential:?}");
         assert_problem(response, 401, "unauthorized").await;
     }

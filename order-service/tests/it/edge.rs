@@ -20,18 +20,9 @@ async fn every_401_carries_a_bearer_challenge_and_the_scheme_is_case_insensitive
     let app = TestApp::spawn().await;
     for (method, path) in [("GET", "/admin/outbox"), ("POST", "/admin/outbox/1/retry")] {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        for credential in [None, Some("Bearer wrong-token"), Some("Basic dXNlcjpwdw==")] {
-            let mut request = app.client.request(method.clone(), app.url(path));
-            if let Some(value) = credential {
-                request = request.header("Authorization", value);
-            }
-            let response = request.send().await.expect("request");
-            let challenge = response
-                .headers()
-                .get("www-authenticate")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
+        for credential in testing::REFUSED_CREDENTIALS {
+            let request = app.client.request(method.clone(), app.url(path));
+            let (response, challenge) = testing::send_with_credential(request, credential).await;
             assert!(
                 challenge.starts_with("Bearer"),
                 "{method} {path} with {credential:?}: {challenge:?}"

@@ -148,12 +148,7 @@ pub fn my_order(product_id: i64, quantity: i64) -> Value {
 /// Asserts a 401 `unauthorized` whose challenge is `Bearer`, with `error="invalid_token"`
 /// exactly when `invalid_token` (RFC 6750 §3.1: none when no credentials were sent).
 pub async fn assert_unauthorized(response: Response, invalid_token: bool, context: &str) {
-    let challenge = response
-        .headers()
-        .get("www-authenticate")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let challenge = platform::testing::challenge_of(&response);
     if invalid_token {
         assert!(
             challenge.starts_with("Bearer error=\"invalid_token\""),
