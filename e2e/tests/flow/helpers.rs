@@ -217,7 +217,8 @@ impl Stack {
         self.start_inventory().await;
     }
 
-    /// Waits until order-service has recorded that inventory released `order_id`'s stock.
+    /// Waits until order-service has recorded that inventory released `order_id`'s stock,
+    /// and checks that inventory's reservation says so too.
     pub async fn released(&self, order_id: &str) {
         eventually(Duration::from_secs(30), || async {
             let released_at: Option<chrono::DateTime<chrono::Utc>> =
@@ -229,6 +230,8 @@ impl Stack {
             released_at
         })
         .await;
+        let reservation = self.reservation(order_id).await.expect("reservation");
+        assert_eq!(reservation["state"], "RELEASED");
     }
 
     pub async fn create_product(&self, product_id: i64, stock: i64) {
