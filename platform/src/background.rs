@@ -79,6 +79,7 @@ impl Messaging {
             consumer_tag: format!("{queue}-{}", uuid::Uuid::new_v4()),
             prefetch: config.consumer_prefetch,
             concurrency: config.consumer_concurrency,
+            linger: config.linger,
         };
         let stop = shutdown.clone();
         tasks.spawn(keep_running("consumer", stop.clone(), move || {

@@ -14,6 +14,7 @@ pub mod consumer;
 pub mod db;
 pub mod http;
 pub mod inbox;
+pub mod linger;
 pub mod outbox;
 #[cfg(feature = "testing")]
 pub mod private_postgres;

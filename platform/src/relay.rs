@@ -3,6 +3,8 @@
 //! - Woken in-process by [`OutboxSignal::wake`], which the code calls right after committing
 //!   outbox rows, so an event leaves within milliseconds of its commit. A short timer also runs
 //!   it, for retries that came due and for rows other instances (or a crashed one) left.
+//!   While busy, it waits a moment after the wake-up so that the commits of the next few
+//!   milliseconds go out in the same batch ([`crate::linger`]).
 //!   `LISTEN/NOTIFY` was the first design and was measured out: PostgreSQL takes one global
 //!   lock at the commit of every notifying transaction, which serialised all order commits
 //!   behind each other's WAL flush (most sampled backends waited on `Lock:object`).
@@ -31,11 +33,13 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Confirmation};
 use sqlx::{PgConnection, PgPool};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::amqp::Broker;
 use crate::http::TraceContext;
+use crate::linger::Linger;
 use crate::outbox::OutboxSignal;
 use crate::retry::backoff;
 
@@ -80,6 +84,8 @@ pub struct RelaySettings {
     pub idle_poll: Duration,
     /// How long a publish may wait for the broker's confirm.
     pub confirm_timeout: Duration,
+    /// How long a busy relay, woken by a commit, waits for more rows before claiming.
+    pub linger: Linger,
 }
 
 impl Default for RelaySettings {
@@ -91,6 +97,7 @@ impl Default for RelaySettings {
             max_backoff: Duration::from_secs(60),
             idle_poll: Duration::from_millis(250),
             confirm_timeout: Duration::from_secs(10),
+            linger: Linger::default(),
         }
     }
 }
@@ -115,6 +122,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut channel: Option<Channel> = None;
+    let mut previous_start;
     while !shutdown.is_cancelled() {
         if channel.as_ref().is_none_or(|c| !c.status().connected()) {
             channel = match confirm_channel(&broker, &shutdown).await {
@@ -125,6 +133,7 @@ pub async fn run(
         let Some(publisher) = channel.as_ref() else {
             continue;
         };
+        previous_start = Instant::now();
         match relay_batch(&db, publisher, &settings).await {
             // A full batch: more may be waiting, go again at once.
             Ok(n) if n as i64 >= settings.batch_size => continue,
@@ -143,6 +152,13 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             () = signal.woken() => {}
             () = tokio::time::sleep(settings.idle_poll) => {}
+        }
+        let pause = settings
+            .linger
+            .before_batch(Some(previous_start), Instant::now());
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(pause) => {}
         }
     }
 }

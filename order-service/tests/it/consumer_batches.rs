@@ -1,12 +1,14 @@
 //! The consumer loop hands what is buffered to the handler as one batch (never more than the
 //! prefetch), settles every message by its own outcome, and keeps contended messages in
-//! process: they are tried again without the broker counting a delivery.
+//! process: they are tried again without the broker counting a delivery. While busy, it waits
+//! a moment for a batch to fill.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use platform::amqp::Broker;
 use platform::consumer::{ConsumeError, ConsumerSettings, Handled, Handler, Message, Outcome};
+use platform::linger::Linger;
 use platform::testing::{AmqpProbe, TestDatabase, TestVhost, eventually};
 use shared::keys;
 use tokio_util::sync::CancellationToken;
@@ -78,6 +80,7 @@ async fn batches_are_bounded_by_the_prefetch_and_contention_spends_no_delivery()
             consumer_tag: "batches-test".into(),
             prefetch: PREFETCH,
             concurrency: 1,
+            linger: Default::default(),
         },
         handler.clone(),
         stop.clone(),
@@ -114,4 +117,52 @@ async fn batches_are_bounded_by_the_prefetch_and_contention_spends_no_delivery()
         0,
         "every message acked, none back in the queue after the channel closed"
     );
+}
+
+#[tokio::test]
+async fn a_busy_consumer_waits_for_its_batch_to_fill() {
+    platform::testing::init_logs();
+    let db = TestDatabase::create("consumer_linger", &order_service::MIGRATOR).await;
+    let vhost = TestVhost::create();
+    let probe = AmqpProbe::connect(&vhost.url).await;
+    let stop = CancellationToken::new();
+    let broker = Broker::new(&vhost.url, None);
+    tokio::spawn(broker.clone().supervise(stop.clone()));
+    let handler = Recording::default();
+    let consumer = tokio::spawn(platform::consumer::run(
+        broker,
+        db.pool.clone(),
+        ConsumerSettings {
+            queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
+            consumer_tag: "linger-test".into(),
+            prefetch: 64,
+            concurrency: 1,
+            // Far longer than the gaps below, so the test does not depend on the machine's pace.
+            linger: Linger::new(Duration::from_secs(2)),
+        },
+        handler.clone(),
+        stop.clone(),
+    ));
+    let applied = |n: usize| {
+        let handler = handler.clone();
+        async move { (handler.applied.lock().expect("applied").len() == n).then_some(()) }
+    };
+
+    // The first message finds the consumer idle: it is handled alone.
+    probe
+        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"first", None)
+        .await;
+    eventually(Duration::from_secs(30), || applied(1)).await;
+    // The next ones arrive while it is busy, apart from each other: they go as one batch.
+    for body in [&b"second"[..], b"third"] {
+        probe
+            .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, body, None)
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually(Duration::from_secs(30), || applied(3)).await;
+    stop.cancel();
+    consumer.await.expect("the consumer loop ends");
+
+    assert_eq!(*handler.batches.lock().expect("batches"), [1, 2]);
 }

@@ -56,6 +56,7 @@ async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
             consumer_tag: "panics-test".into(),
             prefetch: 8,
             concurrency: 1,
+            linger: Default::default(),
         },
         handler.clone(),
         stop.clone(),

@@ -368,3 +368,72 @@ async fn an_unroutable_row_dies_after_its_attempts_and_an_operator_can_send_it_a
         .expect("retry");
     assert_problem(missing, 404, "not-found").await;
 }
+
+#[tokio::test]
+async fn a_busy_relay_waits_a_moment_and_sends_what_came_meanwhile_in_one_batch() {
+    // The app's own relay looks only at start, so the rows below are this test's relay's.
+    let app = TestApp::spawn_with_broker(|c| {
+        c.messaging.relay.idle_poll = Duration::from_secs(3600);
+    })
+    .await;
+    let broker = platform::amqp::Broker::new(&app.vhost.as_ref().expect("vhost").url, None);
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(broker.clone().supervise(stop.clone()));
+    let signal = platform::outbox::OutboxSignal::default();
+    let settings = platform::relay::RelaySettings {
+        idle_poll: Duration::from_secs(3600),
+        // Far longer than the gap below, so the test does not depend on the machine's pace.
+        linger: platform::linger::Linger::new(Duration::from_secs(2)),
+        ..Default::default()
+    };
+    tokio::spawn(platform::relay::run(
+        app.db.pool.clone(),
+        broker,
+        settings,
+        signal.clone(),
+        stop.clone(),
+    ));
+    let commit = |n: i32| {
+        let (pool, signal) = (app.db.pool.clone(), signal.clone());
+        async move {
+            sqlx::query(
+                "INSERT INTO outbox (event_id, exchange, routing_key, payload) \
+                 VALUES (gen_random_uuid(), 'orders.events', 'order.cancelled', \
+                         jsonb_build_object('n', $1::int))",
+            )
+            .bind(n)
+            .execute(&pool)
+            .await
+            .expect("an outbox row");
+            signal.wake();
+        }
+    };
+    let sent_at = |n: i32| {
+        let pool = app.db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<chrono::DateTime<chrono::Utc>>>(
+                "SELECT sent_at FROM outbox WHERE payload->>'n' = $1::text",
+            )
+            .bind(n.to_string())
+            .fetch_one(&pool)
+            .await
+            .expect("the row")
+        }
+    };
+
+    commit(1).await;
+    eventually(WAIT, || sent_at(1)).await;
+    commit(2).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    commit(3).await;
+    let second = eventually(WAIT, || sent_at(2)).await;
+    let third = eventually(WAIT, || sent_at(3)).await;
+    stop.cancel();
+
+    // `sent_at` is the relay transaction's start: one value, one batch.
+    assert_eq!(
+        second, third,
+        "rows committed within the wait went together"
+    );
+    assert_ne!(sent_at(1).await, Some(second));
+}

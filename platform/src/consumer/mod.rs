@@ -2,8 +2,9 @@
 //!
 //! - Subscribes to its queue on every (re)connection with `concurrency` channels, each with
 //!   its own prefetch window and its own loop: a loop takes the deliveries already buffered
-//!   (at least one, at most the prefetch; it never waits to fill a batch), hands them to the
-//!   handler as one batch, and settles each by its own outcome ([`settle`]).
+//!   (at least one, at most the prefetch; while busy it first waits a moment for more, see
+//!   [`crate::linger`]), hands them to the handler as one batch, and settles each by its own
+//!   outcome ([`settle`]).
 //! - Acks only after the handler's transaction committed (the handler returns after commit),
 //!   contiguous successes with one `basic_ack(multiple)`.
 //! - A message the handler cannot parse is rejected without requeue: the queue dead-letters
@@ -29,10 +30,12 @@ use futures_util::{FutureExt, StreamExt};
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use sqlx::PgPool;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::amqp::Broker;
 use crate::http::TraceContext;
+use crate::linger::Linger;
 use crate::retry::backoff;
 
 pub use batch::Received;
@@ -168,6 +171,8 @@ pub struct ConsumerSettings {
     pub prefetch: u16,
     /// Channels consuming at once, each handling one batch at a time.
     pub concurrency: usize,
+    /// How long a busy channel waits for its batch to fill.
+    pub linger: Linger,
 }
 
 /// Consumes `settings.queue` until `shutdown`, reconnecting whenever the broker comes back.
@@ -236,6 +241,7 @@ async fn consume_channel<H: Handler>(
     let mut kept: Vec<Received> = Vec::new();
     let mut contended_rounds = 0;
     let mut ended = false;
+    let mut previous_start = None;
     while !ended {
         let mut batch = std::mem::take(&mut kept);
         let first = if batch.is_empty() {
@@ -254,7 +260,15 @@ async fn consume_channel<H: Handler>(
             Some(None) => ended = true,
             None => {}
         }
-        // What is already buffered joins the batch; nothing waits for more to arrive.
+        // While busy, what arrives within the linger joins the batch; when idle, only what
+        // is already buffered.
+        let pause = settings.linger.before_batch(previous_start, Instant::now());
+        if !pause.is_zero() && !batch.is_empty() && !ended {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
         while !ended && batch.len() < limit {
             match deliveries.next().now_or_never() {
                 Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
@@ -269,6 +283,7 @@ async fn consume_channel<H: Handler>(
         if batch.is_empty() {
             continue;
         }
+        previous_start = Some(Instant::now());
         let outcomes = batch::handle(handler, &batch).await;
         kept = settle::settle(batch, outcomes, db, shutdown).await;
         contended_rounds = if kept.is_empty() {
