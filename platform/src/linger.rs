@@ -1,13 +1,11 @@
 //! A short wait for a batch to fill, taken only while work arrives steadily.
 //!
 //! The relay and the consumers batch whatever has arrived when they look. At a moderate rate
-//! (hundreds of orders a second on two cores) that is one or two messages, and every step of
-//! an order then pays a commit, a broker round trip and the wake-ups around them per message:
-//! three times the CPU an order costs when the same code is saturated. A stage that handled a
+//! (hundreds of orders a second on two cores) that is one or two messages, and each of them
+//! queues behind the commits and broker round trips of the others. A stage that handled a
 //! batch moments ago is likely to receive more within a few milliseconds, so it waits that
 //! long and handles them together. A stage that has been idle goes at once: an order placed
-//! on a quiet system is not delayed, and the wait never grows with load (a full batch goes at
-//! once too).
+//! on a quiet system is not delayed, and the wait never grows with load.
 //!
 //! None of this is on the path of `POST /orders`, whose intake never waits (see
 //! `order_service::intake`); the wait delays only the settlement of an order, by at most
