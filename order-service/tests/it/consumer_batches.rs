@@ -47,6 +47,34 @@ impl Handler for Recording {
     }
 }
 
+/// Runs the consumer loop on the inventory's queue of `vhost` with one channel, until the
+/// returned token is cancelled.
+fn start(
+    vhost: &TestVhost,
+    db: &TestDatabase,
+    prefetch: u16,
+    linger: Linger,
+    handler: &Recording,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let broker = Broker::new(&vhost.url, None);
+    tokio::spawn(broker.clone().supervise(stop.clone()));
+    let consumer = tokio::spawn(platform::consumer::run(
+        broker,
+        db.pool.clone(),
+        ConsumerSettings {
+            queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
+            consumer_tag: format!("batches-test-{}", uuid::Uuid::new_v4()),
+            prefetch,
+            concurrency: 1,
+            linger,
+        },
+        handler.clone(),
+        stop.clone(),
+    ));
+    (stop, consumer)
+}
+
 #[tokio::test]
 async fn batches_are_bounded_by_the_prefetch_and_contention_spends_no_delivery() {
     platform::testing::init_logs();
@@ -68,23 +96,8 @@ async fn batches_are_bounded_by_the_prefetch_and_contention_spends_no_delivery()
             )
             .await;
     }
-    let stop = CancellationToken::new();
-    let broker = Broker::new(&vhost.url, None);
-    tokio::spawn(broker.clone().supervise(stop.clone()));
     let handler = Recording::default();
-    let consumer = tokio::spawn(platform::consumer::run(
-        broker,
-        db.pool.clone(),
-        ConsumerSettings {
-            queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
-            consumer_tag: "batches-test".into(),
-            prefetch: PREFETCH,
-            concurrency: 1,
-            linger: Default::default(),
-        },
-        handler.clone(),
-        stop.clone(),
-    ));
+    let (stop, consumer) = start(&vhost, &db, PREFETCH, Linger::default(), &handler);
 
     eventually(Duration::from_secs(30), || async {
         (handler.applied.lock().expect("applied").len() == MESSAGES + 1).then_some(())
@@ -125,24 +138,10 @@ async fn a_busy_consumer_waits_for_its_batch_to_fill() {
     let db = TestDatabase::create("consumer_linger", &order_service::MIGRATOR).await;
     let vhost = TestVhost::create();
     let probe = AmqpProbe::connect(&vhost.url).await;
-    let stop = CancellationToken::new();
-    let broker = Broker::new(&vhost.url, None);
-    tokio::spawn(broker.clone().supervise(stop.clone()));
     let handler = Recording::default();
-    let consumer = tokio::spawn(platform::consumer::run(
-        broker,
-        db.pool.clone(),
-        ConsumerSettings {
-            queue: keys::INVENTORY_ORDER_EVENTS_QUEUE,
-            consumer_tag: "linger-test".into(),
-            prefetch: 64,
-            concurrency: 1,
-            // Far longer than the gaps below, so the test does not depend on the machine's pace.
-            linger: Linger::new(Duration::from_secs(2)),
-        },
-        handler.clone(),
-        stop.clone(),
-    ));
+    // Far longer than the gaps below, so the test does not depend on the machine's pace.
+    let linger = Linger::new(Duration::from_secs(2));
+    let (stop, consumer) = start(&vhost, &db, 64, linger, &handler);
     let applied = |n: usize| {
         let handler = handler.clone();
         async move { (handler.applied.lock().expect("applied").len() == n).then_some(()) }
