@@ -147,17 +147,14 @@ async fn a_busy_consumer_waits_for_its_batch_to_fill() {
         async move { (handler.applied.lock().expect("applied").len() == n).then_some(()) }
     };
 
-    // The first message finds the consumer idle: it is handled alone.
-    probe
-        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"first", None)
-        .await;
-    eventually(Duration::from_secs(30), || applied(1)).await;
-    // The next ones arrive while it is busy, apart from each other: they go as one batch.
-    for body in [&b"second"[..], b"third"] {
+    // The first message finds the consumer idle, so it goes at once: were it to wait, the
+    // second, published well within the wait, would join it.
+    // The second finds it busy: it waits, and the third, 50 ms later, joins it.
+    for (body, gap) in [(&b"first"[..], 500), (b"second", 50), (b"third", 0)] {
         probe
             .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, body, None)
             .await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(gap)).await;
     }
     eventually(Duration::from_secs(30), || applied(3)).await;
     stop.cancel();
