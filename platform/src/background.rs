@@ -79,7 +79,8 @@ impl Messaging {
             consumer_tag: format!("{queue}-{}", uuid::Uuid::new_v4()),
             prefetch: config.consumer_prefetch,
             concurrency: config.consumer_concurrency,
-            linger: config.linger,
+            // One setting for every batching stage of the service.
+            linger: config.relay.linger,
         };
         let stop = shutdown.clone();
         tasks.spawn(keep_running("consumer", stop.clone(), move || {

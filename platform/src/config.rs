@@ -166,7 +166,8 @@ fn check_amqp_url(url: &str) -> anyhow::Result<()> {
 #[derive(Debug, Clone)]
 pub struct MessagingConfig {
     /// `RELAY_BATCH_SIZE` (200), `OUTBOX_MAX_ATTEMPTS` (10), `OUTBOX_RETRY_BASE_MS` (200),
-    /// `OUTBOX_RETRY_MAX_SECS` (60).
+    /// `OUTBOX_RETRY_MAX_SECS` (60), and `BATCH_LINGER_MS` (2): how long the relay and the
+    /// consumers, while busy, wait for a batch to fill (0: never; see [`crate::linger`]).
     pub relay: crate::relay::RelaySettings,
     /// `RETENTION_SECS` (604800 = 7 days): how long sent outbox rows and processed message
     /// ids are kept.
@@ -181,25 +182,21 @@ pub struct MessagingConfig {
     /// `VACUUM_EVERY_SECS` (15): how often the busiest tables are vacuumed while PostgreSQL's
     /// autovacuum is off.
     pub vacuum_every: Duration,
-    /// `BATCH_LINGER_MS` (2): how long the relay and the consumers, while busy, wait for a
-    /// batch to fill (0: never). See [`crate::linger`].
-    pub linger: crate::linger::Linger,
 }
 
 impl MessagingConfig {
     pub fn from_env() -> anyhow::Result<Self> {
-        let linger = crate::linger::Linger::new(millis_at_least(
-            "BATCH_LINGER_MS",
-            crate::linger::DEFAULT_WAIT_MS,
-            0,
-        )?);
         Ok(Self {
             relay: crate::relay::RelaySettings {
                 batch_size: at_least("RELAY_BATCH_SIZE", 200, 1)?,
                 max_attempts: at_least("OUTBOX_MAX_ATTEMPTS", 10, 1)?,
                 base_backoff: millis_at_least("OUTBOX_RETRY_BASE_MS", 200, 1)?,
                 max_backoff: positive_secs("OUTBOX_RETRY_MAX_SECS", 60)?,
-                linger,
+                linger: crate::linger::Linger::new(millis_at_least(
+                    "BATCH_LINGER_MS",
+                    crate::linger::DEFAULT_WAIT_MS,
+                    0,
+                )?),
                 ..Default::default()
             },
             retention: crate::outbox::Retention {
@@ -210,7 +207,6 @@ impl MessagingConfig {
             // 0 means "unlimited" to AMQP: the broker would push the whole queue at once.
             consumer_prefetch: at_least("CONSUMER_PREFETCH", 256, 1)?,
             vacuum_every: positive_secs("VACUUM_EVERY_SECS", 15)?,
-            linger,
         })
     }
 }
@@ -223,7 +219,6 @@ impl Default for MessagingConfig {
             consumer_concurrency: 1,
             consumer_prefetch: 256,
             vacuum_every: Duration::from_secs(15),
-            linger: Default::default(),
         }
     }
 }
