@@ -192,17 +192,14 @@ async fn relay_batch(
     channel: &Channel,
     settings: &RelaySettings,
 ) -> anyhow::Result<usize> {
-    let mut tx = db
-        .begin()
-        .await
-        .context("beginning the relay transaction")?;
     // Marking rows sent need not wait for its WAL flush: a mark lost in a crash only
     // publishes the rows again, which consumers deduplicate. The relay's next batch (and
-    // every other commit waiting on the same flush) goes on without it.
-    sqlx::query("SET LOCAL synchronous_commit = off")
-        .execute(&mut *tx)
+    // every other commit waiting on the same flush) goes on without it. Sent with the
+    // `BEGIN` as one simple query: one round trip fewer per batch.
+    let mut tx = db
+        .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
         .await
-        .context("relaxing the relay's commit")?;
+        .context("beginning the relay transaction")?;
     let rows: Vec<OutboxRow> = sqlx::query_as(
         "SELECT id, event_id, exchange, routing_key, payload, headers, attempts FROM outbox \
          WHERE status = 'pending' AND next_attempt_at <= now() \
