@@ -1,6 +1,7 @@
-// create-orders (SPEC §6): each iteration takes an idempotency token and creates an order for
-// one unit of a random product among 1..1000. Measures order-service's intake: orders/s and the
-// latency of POST /orders. Orders settle asynchronously; that part is flash-sale's to measure.
+// create-orders (docs/contract.md §6): each iteration takes an idempotency token and creates an
+// order for one unit of a random product among 1..1000. Measures order-service's intake:
+// orders/s and the latency of POST /orders. Orders settle asynchronously; that part is
+// flash-sale's to measure.
 //
 //   k6 run k6/create-orders.js                    # 20 VUs for 30 s
 //   VUS=50 DURATION=60s k6 run k6/create-orders.js
@@ -9,8 +10,9 @@
 // Env: ORDER_URL, INVENTORY_URL, ADMIN_TOKEN, AUTH_JWT_SECRET (see k6/README.md), VUS (20 or 50; default 20),
 // DURATION (default 30s), P99_MS (threshold on the order POST's p99, default 1000), RATE
 // (unset: closed model, VUS loop as fast as they are answered; set: an open model at RATE
-// iterations/s with VUS pre-allocated and up to 4×VUS, the way ../shared/peers/k6/w1_create_orders.js
-// does; iterations k6 could not start for want of a free VU are dropped and reported).
+// iterations/s with VUS pre-allocated and up to 4×VUS, the way the reference design's W1
+// create-orders workload does; iterations k6 could not start for want of a free VU are dropped
+// and reported).
 //
 // setup() makes sure products 1..1000 exist with ample stock (created through inventory's
 // admin API when missing, topped up when low), so no order is rejected for want of stock and
@@ -33,9 +35,9 @@ const MIN_STOCK = 100000;
 
 const RATE = parseInt(__ENV.RATE || '0', 10);
 
-// The two load levels of SPEC §6; VUS picks one (any other count works too). With RATE, a
-// constant arrival rate instead: the latency at a fixed offered load, which a closed model
-// hides by slowing its own arrivals when the service slows.
+// The two load levels of docs/contract.md §6; VUS picks one (any other count works too). With
+// RATE, a constant arrival rate instead: the latency at a fixed offered load, which a closed
+// model hides by slowing its own arrivals when the service slows.
 const SCENARIOS = {
   vus_20: { executor: 'constant-vus', vus: 20, duration: DURATION },
   vus_50: { executor: 'constant-vus', vus: 50, duration: DURATION },

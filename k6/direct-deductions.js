@@ -1,8 +1,8 @@
-// direct-deductions (SPEC §6): 50 VUs hammer POST /deductions on one hot product, one unit per
-// request, each with its own deduction id. Measures the synchronous "flash sale" path of
-// inventory-service (Redis lock + conditional update + idempotency row) on a single row, the
-// worst case for contention. Compare deductions/s with pgbench's bare update on one hot row
-// (k6/pgbench/stock-update.sql, scripts/bench.sh): that is PostgreSQL's own ceiling.
+// direct-deductions (docs/contract.md §6): 50 VUs hammer POST /deductions on one hot product,
+// one unit per request, each with its own deduction id. Measures the synchronous "flash sale"
+// path of inventory-service (Redis lock + conditional update + idempotency row) on a single
+// row, the worst case for contention. Compare deductions/s with pgbench's bare update on one
+// hot row (k6/pgbench/stock-update.sql, scripts/bench.sh): that is PostgreSQL's own ceiling.
 //
 //   k6 run k6/direct-deductions.js
 //

@@ -1,7 +1,8 @@
-// flash-sale (SPEC §6): one fresh product with stock 100, 2,000 orders of one unit from 100
-// VUs. Reports how long taking all orders took and how long until every order was terminal,
-// and checks invariants 1-3 of SPEC §4.3 for the product: exactly 100 orders CONFIRMED, the
-// rest REJECTED (insufficient_stock), stock 0, never negative, nothing left PENDING.
+// flash-sale (docs/contract.md §6): one fresh product with stock 100, 2,000 orders of one unit
+// from 100 VUs. Reports how long taking all orders took and how long until every order was
+// terminal, and checks invariants 1-3 of docs/contract.md §4.3 for the product: exactly 100
+// orders CONFIRMED, the rest REJECTED (insufficient_stock), stock 0, never negative, nothing
+// left PENDING.
 //
 //   k6 run k6/flash-sale.js
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks the services against PostgreSQL's own limits on this machine (SPEC §6).
+# Benchmarks the services against PostgreSQL's own limits on this machine (docs/contract.md §6).
 #
 #   scripts/run-local.sh          # in another terminal: release builds, seeded, running
 #   scripts/bench.sh              # pgbench (a) and (b), then the three k6 scripts, then a table

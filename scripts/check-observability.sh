@@ -11,9 +11,9 @@
 # 3. every query of every dashboard, Grafana's variables given sample values, wrapped as a
 #    recording rule through promtool check rules (Grafana itself is not installable here);
 # 4. with --live: a RabbitMQ node of its own (free ports, rabbitmq_prometheus on; the
-#    machine's broker is left as it is) and both services against it on free ports with state
-#    of their own (scripts/lib/stack.sh). Every metric the alerts and the dashboards read
-#    must be in the first scrape of the services (before any traffic: SPEC §5 wants every
+#    machine's broker is left as it is) and both services against it on free ports with state of
+#    their own (scripts/lib/stack.sh). Every metric the alerts and the dashboards read must be
+#    in the first scrape of the services (before any traffic: docs/contract.md §5 wants every
 #    named metric from start) or of the plugin's two endpoints that prometheus.yml scrapes;
 #    only `up`, Prometheus's own, is not looked for. And the dead-letter alert's selector
 #    must find both dead-letter queues the services declared. An alert on a name nobody

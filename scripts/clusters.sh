@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The cluster scenarios (e2e/tests/clusters/): each starts its own cluster of a backing service
-# from the installed Debian packages (ports and data directories of its own, stopped at the
-# end; the machine's own services are never touched), runs two instances of each service under
-# steady load through an outage of that cluster, and checks invariants 1-5 of SPEC §4.3.
-# `cargo test` only compiles them (they are #[ignore]d); this runs every one, one at a time,
-# and prints what each saw.
+# from the installed Debian packages (ports and data directories of its own, stopped at the end;
+# the machine's own services are never touched), runs two instances of each service under steady
+# load through an outage of that cluster, and checks invariants 1-5 of docs/contract.md §4.3.
+# `cargo test` only compiles them (they are #[ignore]d); this runs every one, one at a time, and
+# prints what each saw.
 #
 #   scripts/clusters.sh                     # every scenario of the `clusters` target
 #   scripts/clusters.sh rabbitmq_cluster    # the scenarios whose name contains a filter

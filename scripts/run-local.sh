@@ -18,7 +18,7 @@
 #   ORDER_DATABASE_URL, INVENTORY_DATABASE_URL
 #                    each service's own database (defaults .../orders and .../inventory); a plain
 #                    DATABASE_URL is deliberately not passed on, since the services must not share one
-#   REDIS_URL, AMQP_URL, RUST_LOG and the other service variables (see README) pass through.
+#   REDIS_URL, AMQP_URL, RUST_LOG and the other variables of docs/configuration.md pass through.
 #   READY_TIMEOUT_SECS  how long to wait for /readyz (default 120: the first start creates the
 #                    databases and applies migrations)
 #   CARGO_TARGET_DIR honoured as cargo honours it (default: the repo's target/)
@@ -71,7 +71,7 @@ start_postgres() {
 }
 start_redis() {
   command -v redis-server >/dev/null || return 1
-  # Nothing on disk, like the Redis the services are specified against (SPEC §4.1).
+  # Nothing on disk, like the Redis the services are specified against (docs/contract.md §4.1).
   redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
     --dir /var/lib/redis --logfile /var/log/redis/ci.log
 }
@@ -87,7 +87,7 @@ ensure_backing() { # name, probe, starter
     return
   fi
   echo "$name: not answering; starting it"
-  "$starter" || die "$name is not running and could not be started here; install and start it (see README)"
+  "$starter" || die "$name is not running and could not be started here; install and start it (README.md, \"Running it\")"
   local deadline=$((SECONDS + 60))
   until "$probe"; do
     [ "$SECONDS" -lt "$deadline" ] || die "$name did not come up within 60 s"

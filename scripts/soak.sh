@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Soak: mixed load on two instances of each service with a fault every minute, then SPEC §4.3's
-# invariants and each service's memory. Every backing service is a private instance this script
-# starts on ports of its own and stops at the end; the machine's own are never touched.
+# Soak: mixed load on two instances of each service with a fault every minute, then the
+# invariants of docs/contract.md §4.3 and each service's memory. Every backing service is a
+# private instance this script starts on ports of its own and stops at the end; the machine's
+# own are never touched.
 #
 #   scripts/soak.sh                   # 10 minutes (SOAK_SECS=600), a fault every FAULT_EVERY=60 s
 #   SOAK_SECS=180 scripts/soak.sh     # a shorter run

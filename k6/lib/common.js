@@ -103,7 +103,7 @@ export function ensureProducts(first, last, createStock, minStock) {
         created++;
       } else if (res.status === 200) {
         let stock = res.json('stock');
-        // A restock adds at most 1,000,000 units (SPEC §3.2), so top up in steps.
+        // A restock adds at most 1,000,000 units (docs/contract.md §3.2), so top up in steps.
         while (stock < minStock) {
           const add = Math.min(1000000, minStock - stock);
           const r = http.post(`${INVENTORY_URL}/products/${id}/restock`, JSON.stringify({ quantity: add }),
