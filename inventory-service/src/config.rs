@@ -108,7 +108,7 @@ impl Config {
             redis_url: config::string("REDIS_URL", &defaults.redis_url),
             redis_sentinels: Sentinels::from_env()?,
             redis_key_prefix: std::env::var("REDIS_KEY_PREFIX").unwrap_or_default(),
-            // Below a millisecond every call would time out; see the README for the default.
+            // Below a millisecond every call would time out; see docs/configuration.md, "Why these defaults".
             redis_timeout: config::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
             amqp_urls: config::amqp_nodes(&defaults.amqp_urls[0])?,
             admin_token: config::optional("ADMIN_TOKEN"),

@@ -1,4 +1,4 @@
-//! The service's own metrics (SPEC §5): stock locks and deductions. Names are part of the
+//! The service's own metrics (docs/contract.md §5): stock locks and deductions. Names are part of the
 //! contract; [`register`] exposes every one of them at zero from start.
 
 use std::time::Duration;

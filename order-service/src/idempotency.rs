@@ -17,8 +17,8 @@
 //! Redis is a cache of the truth here: the outcome is also committed in PostgreSQL with the
 //! order (see `db::idempotency`), which is what replays fall back on once Redis forgot.
 //! And a token proves by itself that it was issued here and until when
-//! ([`crate::signed_token`]), so one Redis forgot can be claimed again
-//! ([`TokenStore::reclaim`]) instead of being refused as never issued.
+//! ([`crate::signed_token`]), so one Redis forgot can be claimed again (the
+//! `recreate_until` of [`TokenStore::claim_all`]) instead of being refused as never issued.
 //!
 //! Orders are placed in batches ([`crate::intake`]), so the calls here take many tokens at
 //! once: a batch claims all its tokens in one round trip and records all its outcomes in one.
@@ -32,11 +32,11 @@ use chrono::{DateTime, SubsecRound, Utc};
 use platform::redis_conn::RedisConnection;
 use platform::redis_health::{RedisCallError, RedisHealth};
 use redis::Script;
-use serde::{Deserialize, Serialize};
 use shared::ids::UserId;
 use shared::keys::RedisKeys;
 use uuid::Uuid;
 
+use crate::domain::StoredResponse;
 use crate::signed_token::TokenSigner;
 
 /// Longest time a request may hold a token in flight; well above the request timeout.
@@ -119,18 +119,6 @@ const ISSUED: &str = "issued";
 const IN_FLIGHT: &str = "inflight:";
 const DONE: &str = "done:";
 
-/// The first response to a token, replayed byte for byte.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredResponse {
-    pub fingerprint: String,
-    pub order_id: Uuid,
-    pub status: u16,
-    pub body: String,
-    /// Who took the token (identity on); only they may have the response again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub taker: Option<UserId>,
-}
-
 /// A token's `issued` state for `taker`.
 fn issued(taker: Option<UserId>) -> String {
     match taker {
@@ -198,11 +186,6 @@ impl TokenStore {
             signer,
             health,
         }
-    }
-
-    /// Whether Redis is known down (then every call here fails at once).
-    pub fn redis_down(&self) -> bool {
-        self.health.is_down()
     }
 
     /// The expiry of `token` if it was issued here to `taker` and has not expired, whether
@@ -280,12 +263,19 @@ impl TokenStore {
         }
         let mut pipe = redis::pipe();
         for (token, response) in done {
-            let value = format!(
-                "{DONE}{}",
-                serde_json::to_string(response).unwrap_or_default()
-            );
+            let key = self.keys.idempotency_token(token);
+            let value = match serde_json::to_string(response) {
+                Ok(json) => format!("{DONE}{json}"),
+                Err(error) => {
+                    // Never a `done:` without its response. Forgetting the token instead sends
+                    // its replays to PostgreSQL, which committed the outcome with the order.
+                    tracing::error!(%error, %token, "cannot cache a first response; forgetting the token");
+                    pipe.cmd("DEL").arg(key).ignore();
+                    continue;
+                }
+            };
             pipe.cmd("SET")
-                .arg(self.keys.idempotency_token(token))
+                .arg(key)
                 .arg(value)
                 .arg("PX")
                 .arg(self.ttl.as_millis() as u64)
@@ -397,7 +387,7 @@ mod tests {
         let done = StoredResponse {
             fingerprint: "f".into(),
             order_id: Uuid::nil(),
-            status: 202,
+            status: crate::domain::ResponseStatus::ACCEPTED,
             body: "{}".into(),
             taker: Some(UserId(7)),
         };

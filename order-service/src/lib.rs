@@ -47,7 +47,7 @@ use platform::redis_health::{self, RedisHealth};
 
 /// The service's migrations, embedded. During a rolling update an instance of the previous
 /// release may (re)start after a newer one migrated: migrations only expand what older code
-/// reads (README, "Rolling updates"), so the versions it does not know do not stop it.
+/// reads (docs/operating.md, "Rolling updates"), so the versions it does not know do not stop it.
 pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     let mut migrator = sqlx::migrate!("../migrations/order-service");
     migrator.set_ignore_missing(true);

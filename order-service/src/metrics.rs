@@ -1,4 +1,4 @@
-//! order-service's own metrics (SPEC §5); HTTP, outbox and consumer metrics live in `platform`.
+//! order-service's own metrics (docs/contract.md §5); HTTP, outbox and consumer metrics live in `platform`.
 
 use platform::http::metrics::{zero_counter, zero_histogram};
 

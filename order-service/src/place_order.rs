@@ -1,4 +1,4 @@
-//! Creating an order exactly once per idempotency token (SPEC §4.1).
+//! Creating an order exactly once per idempotency token (docs/contract.md §4.1).
 //!
 //! 1. The request is validated first: a refused request does not use up its token. With
 //!    identity on, a body without `user_id` orders for the caller, and one naming another
@@ -22,8 +22,8 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::db::placement::NewPlacement;
 use crate::domain::{CreateOrderRequest, NewOrder, fingerprint, new_order};
+use crate::domain::{ResponseStatus, StoredResponse};
 use crate::error::ApiError;
-use crate::idempotency::StoredResponse;
 use crate::representation::Order;
 use crate::state::AppState;
 
@@ -92,7 +92,7 @@ fn prepare(
     let response = StoredResponse {
         fingerprint,
         order_id: order_id.0,
-        status: 202,
+        status: ResponseStatus::ACCEPTED,
         body,
         taker: caller.0,
     };

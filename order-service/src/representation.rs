@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use shared::events::LineItem;
+use shared::events::{LineItem, RejectionReason};
 use shared::ids::{OrderId, UserId};
 use utoipa::ToSchema;
 
@@ -26,7 +26,7 @@ pub struct Order {
     pub status: OrderStatus,
     /// `insufficient_stock` or `unknown_product` when `REJECTED`, else `null`.
     #[schema(example = json!(null))]
-    pub rejection_reason: Option<String>,
+    pub rejection_reason: Option<RejectionReason>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -54,8 +54,7 @@ impl From<OrderRow> for Order {
             user_id: UserId(row.user_id),
             items: row.items.0,
             amount: format!("{:.2}", row.amount),
-            // The CHECK constraint admits only the four known values.
-            status: OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending),
+            status: row.status,
             rejection_reason: row.rejection_reason,
             created_at: row.created_at,
             updated_at: row.updated_at,

@@ -5,7 +5,6 @@
 
 use serde::Serialize;
 use shared::events::{Envelope, Event};
-use sqlx::PgConnection;
 
 use crate::http::TraceContext;
 
@@ -51,42 +50,6 @@ impl NewOutboxRow {
             headers: serde_json::json!(trace.headers()),
         })
     }
-}
-
-impl NewOutboxRow {
-    /// Binds the row's five columns, in table order (`event_id, exchange, routing_key,
-    /// payload, headers`), as the next parameters of `query`: for statements that write an
-    /// outbox row together with other rows.
-    pub fn bind_to(
-        self,
-        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        query
-            .bind(self.event_id)
-            .bind(self.exchange)
-            .bind(self.routing_key)
-            .bind(self.payload)
-            .bind(self.headers)
-    }
-}
-
-/// Writes `envelope` to the outbox on `conn` (which should be inside the transaction that
-/// makes the change the event reports).
-pub async fn enqueue<E: Event + Serialize>(
-    conn: &mut PgConnection,
-    exchange: &str,
-    envelope: &Envelope<E>,
-    trace: &TraceContext,
-) -> sqlx::Result<()> {
-    let row = NewOutboxRow::new(exchange, envelope, trace)
-        .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    row.bind_to(sqlx::query(
-        "INSERT INTO outbox (event_id, exchange, routing_key, payload, headers) \
-         VALUES ($1, $2, $3, $4, $5)",
-    ))
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// How long sent outbox rows and processed message ids are kept, and how often to look.

@@ -65,7 +65,8 @@ pub fn ca_file(name: &str) -> anyhow::Result<Option<CaBundle>> {
 }
 
 /// The private CAs of the TLS connections to Redis and RabbitMQ; `None` trusts the system's
-/// roots (see the README for which client adds the CA to them and which replaces them).
+/// roots (docs/operating.md, "Which CA each client trusts", says which client adds the CA to
+/// them and which replaces it).
 #[derive(Debug, Clone, Default)]
 pub struct ClientTls {
     /// `REDIS_CA_FILE`.

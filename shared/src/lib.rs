@@ -1,5 +1,5 @@
 //! What order-service and inventory-service must agree on, and nothing more:
-//! typed ids, the event contract, the line-item rules, broker and Redis names, the problem+json
+//! typed ids, the event contract, the reservation states inventory reports, the line-item rules, broker and Redis names, the problem+json
 //! body, and the rule every client string passes.
 
 pub mod events;
@@ -7,6 +7,7 @@ pub mod ids;
 pub mod keys;
 pub mod line_items;
 pub mod problem;
+pub mod reservation;
 pub mod text;
 
 pub use problem::Problem;

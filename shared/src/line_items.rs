@@ -1,4 +1,4 @@
-//! The line-item rules both services hold an order or a deduction to (SPEC §3.1, §3.2):
+//! The line-item rules both services hold an order or a deduction to (docs/contract.md §3.1, §3.2):
 //! 1 to 100 items, positive product ids, 1 ≤ quantity ≤ 1,000,000, no product twice.
 //!
 //! Written once here so that what order-service accepts, what `POST /deductions` accepts and

@@ -2,7 +2,7 @@
 //!
 //! PostgreSQL refuses U+0000 in `text` (a 500 when it reaches it), and the other C0 controls
 //! and DEL have no business in names, ids or keys (they hide in logs and break terminals).
-//! SPEC §3 makes them all a 422, wherever the string comes from: body, query or header.
+//! docs/contract.md §3 makes them all a 422, wherever the string comes from: body, query or header.
 
 /// Whether `c` is a control character the API refuses: U+0000–U+001F or U+007F.
 pub fn is_refused(c: char) -> bool {

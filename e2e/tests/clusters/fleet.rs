@@ -1,7 +1,7 @@
 //! The fleet every cluster scenario runs: several processes of each service (the real binaries,
 //! configured only through the environment, as in a deployment), a steady load of orders from a
 //! client that retries through an outage the way a well-behaved one does, and the check of
-//! invariants 1–5 of SPEC §4.3 once the dust has settled.
+//! invariants 1–5 of docs/contract.md §4.3 once the dust has settled.
 //!
 //! A scenario brings the backing services (its cluster plus whatever it takes from the
 //! machine), describes how each service reaches them in a [`ServiceEnv`], and then:
@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use platform::testing::{self, AmqpProbe, KilledOnDrop, eventually};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use testkit::{AmqpProbe, KilledOnDrop, eventually};
 
 /// Bearer token of the admin endpoints on every instance.
 pub const ADMIN: &str = "clusters-admin-token";
@@ -79,7 +79,7 @@ impl Fleet {
             log_dir,
             client: client(),
         };
-        let inventory = inventory.with("REDIS_KEY_PREFIX", testing::redis_prefix());
+        let inventory = inventory.with("REDIS_KEY_PREFIX", testkit::redis_prefix());
         for n in 0..instances {
             let instance = fleet.spawn(
                 env!("CARGO_BIN_EXE_inventory-service-process"),
@@ -89,7 +89,7 @@ impl Fleet {
             fleet.inventory.push(instance);
         }
         let orders = orders
-            .with("REDIS_KEY_PREFIX", testing::redis_prefix())
+            .with("REDIS_KEY_PREFIX", testkit::redis_prefix())
             .with("INVENTORY_URL", fleet.inventory_bases()[0].clone());
         for n in 0..instances {
             let instance = fleet.spawn(
@@ -125,7 +125,7 @@ impl Fleet {
     }
 
     fn spawn(&self, binary: &str, name: &str, env: &ServiceEnv) -> Instance {
-        let port = testing::free_port();
+        let port = testkit::free_port();
         let log = std::fs::File::create(self.log_dir.join(format!("{name}.log")))
             .expect("an instance's log file");
         let mut command = std::process::Command::new(binary);
@@ -427,7 +427,7 @@ pub struct Databases {
     pub inventory: String,
 }
 
-/// Invariants 1–5 of SPEC §4.3 after a scenario, printed as a summary and asserted:
+/// Invariants 1–5 of docs/contract.md §4.3 after a scenario, printed as a summary and asserted:
 ///
 /// 1. per product: initial stock + restocks − final stock = Σ quantity of confirmed orders
 ///    + applied direct deductions;

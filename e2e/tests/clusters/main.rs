@@ -1,6 +1,6 @@
 //! The services on clustered backing services the tests start themselves: several instances of
 //! each service under steady load while a cluster loses a node, then invariants 1–5 of
-//! SPEC §4.3. Every scenario is ignored by `cargo test` (it starts its own clusters and runs
+//! docs/contract.md §4.3. Every scenario is ignored by `cargo test` (it starts its own clusters and runs
 //! for a minute or more); `scripts/clusters.sh` runs them one at a time.
 
 mod fleet;

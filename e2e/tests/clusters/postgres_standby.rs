@@ -8,9 +8,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use platform::private_standby::PrivateStandby;
-use platform::testing::{self, TestVhost, eventually};
 use sqlx::PgPool;
+use testkit::standby::PrivateStandby;
+use testkit::{TestVhost, eventually};
 
 use crate::fleet::{Databases, Fleet, Load, LoadPlan, ServiceEnv, check_invariants};
 
@@ -41,7 +41,7 @@ async fn orders_survive_a_switch_to_the_synchronous_standby() {
     let backing = |database: &str| {
         ServiceEnv::default()
             .with("DATABASE_URLS", pair.urls(database).join(","))
-            .with("REDIS_URL", testing::redis_url())
+            .with("REDIS_URL", testkit::redis_url())
             .with("AMQP_URL", vhost.url.clone())
     };
     let fleet = Fleet::start(backing("orders"), backing("inventory"), 2).await;

@@ -4,13 +4,13 @@
 //!
 //! What it shows: every instance finds a live node by itself (`AMQP_URLS`) while the lost one
 //! is down, orders keep being taken all along (intake needs no broker: the outbox holds the
-//! events), and once the dust settles invariants 1–5 of SPEC §4.3 hold.
+//! events), and once the dust settles invariants 1–5 of docs/contract.md §4.3 hold.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use platform::private_rabbitmq_cluster::PrivateRabbitCluster;
-use platform::testing::{self, TestDatabase, eventually};
+use testkit::rabbitmq_cluster::PrivateRabbitCluster;
+use testkit::{TestDatabase, eventually};
 
 use crate::fleet::{Databases, Fleet, Load, LoadPlan, ServiceEnv, check_invariants};
 
@@ -36,7 +36,7 @@ async fn losing_the_node_that_leads_the_most_queues_under_load_keeps_the_invaria
     let backing = |database_url: &str| {
         ServiceEnv::default()
             .with("DATABASE_URL", database_url)
-            .with("REDIS_URL", testing::redis_url())
+            .with("REDIS_URL", testkit::redis_url())
             .with("AMQP_URLS", nodes.clone())
     };
     let fleet = Fleet::start(
@@ -158,7 +158,7 @@ async fn losing_the_node_that_leads_the_most_queues_under_load_keeps_the_invaria
     );
     let mut publish_failures = 0.0;
     for base in fleet.order_bases().iter().chain(&fleet.inventory_bases()) {
-        publish_failures += testing::scrape_metric(base, "outbox_publish_failures_total").await;
+        publish_failures += testkit::scrape_metric(base, "outbox_publish_failures_total").await;
     }
     println!(
         "relay: {publish_failures} failed publish attempts (nacked, unconfirmed or cut off), each row retried"

@@ -10,16 +10,16 @@
 //! before the switch are then made to have been lost for certain (their keys deleted on the
 //! promoted node): unused ones must still place one order, used ones must replay their first
 //! answer from PostgreSQL, and orders in flight at the kill must end with one order per
-//! token (SPEC §4.1: the outcome in PostgreSQL decides).
+//! token (docs/contract.md §4.1: the outcome in PostgreSQL decides).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use platform::private_sentinel::{MASTER, PrivateSentinel};
-use platform::testing::{TestDatabase, TestVhost, eventually, scrape_metric};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use testkit::sentinel::{MASTER, PrivateSentinel};
+use testkit::{TestDatabase, TestVhost, eventually, scrape_metric};
 use tokio_util::sync::CancellationToken;
 
 use crate::fleet::{

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use platform::testing::{self, TestDatabase, TestVhost};
+use testkit::{TestDatabase, TestVhost};
 
 use crate::fleet::{Databases, Fleet, Load, LoadPlan, ServiceEnv, check_invariants};
 
@@ -17,7 +17,7 @@ async fn the_fleet_keeps_the_invariants_without_an_outage() {
     let backing = |database_url: &str| {
         ServiceEnv::default()
             .with("DATABASE_URL", database_url)
-            .with("REDIS_URL", testing::redis_url())
+            .with("REDIS_URL", testkit::redis_url())
             .with("AMQP_URL", vhost.url.clone())
     };
     let fleet = Fleet::start(backing(&order_db.url), backing(&inventory_db.url), 2).await;

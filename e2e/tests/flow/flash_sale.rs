@@ -1,4 +1,4 @@
-//! The flash sale: many more orders than stock, all at once. Invariants 1–3 of SPEC §4.3.
+//! The flash sale: many more orders than stock, all at once. Invariants 1–3 of docs/contract.md §4.3.
 
 use std::time::Duration;
 

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use testkit::{AmqpProbe, TestDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 
 pub const ADMIN: &str = "e2e-admin-token";
@@ -63,7 +63,7 @@ impl Stack {
         with_inventory: bool,
         configure_orders: impl FnOnce(&mut order_service::config::Config),
     ) -> Self {
-        testing::init_logs();
+        testkit::init_logs();
         let vhost = TestVhost::create();
         let order_db = TestDatabase::create("e2e_orders", &order_service::MIGRATOR).await;
         let inventory_db =
@@ -78,9 +78,9 @@ impl Stack {
             http_addr: "127.0.0.1:0".parse().expect("addr"),
             database_urls: vec![order_db.url.clone()],
             database_max_connections: 10,
-            redis_url: testing::redis_url(),
+            redis_url: testkit::redis_url(),
             redis_sentinels: None,
-            redis_key_prefix: testing::redis_prefix(),
+            redis_key_prefix: testkit::redis_prefix(),
             redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
             amqp_urls: vec![vhost.url.clone()],
             admin_token: Some(ADMIN.into()),
@@ -109,7 +109,7 @@ impl Stack {
             client: reqwest::Client::new(),
             bearer: None,
             reservations_require_admin: false,
-            inventory_prefix: testing::redis_prefix(),
+            inventory_prefix: testkit::redis_prefix(),
             inventory_addr,
             inventory_listener,
         };
@@ -124,7 +124,7 @@ impl Stack {
             http_addr: self.inventory_addr,
             database_urls: vec![self.inventory_db.url.clone()],
             database_max_connections: 10,
-            redis_url: testing::redis_url(),
+            redis_url: testkit::redis_url(),
             redis_key_prefix: self.inventory_prefix.clone(),
             amqp_urls: vec![self.vhost.url.clone()],
             admin_token: Some(ADMIN.into()),
@@ -359,7 +359,7 @@ async fn start_orders(config: order_service::config::Config) -> Running {
     }
 }
 
-pub use platform::testing::eventually;
+pub use testkit::eventually;
 
 pub fn id(order: &Value) -> String {
     order["order_id"].as_str().expect("order id").to_owned()

@@ -1,4 +1,4 @@
-//! The same flows with end-user identity on (SPEC §3.3): a user's order is confirmed,
+//! The same flows with end-user identity on (docs/contract.md §3.3): a user's order is confirmed,
 //! cancelled and its stock given back; reservations are kept to the admin token, and
 //! reconciliation, which reads them, still recovers a lost cancellation.
 

@@ -8,9 +8,9 @@
 use std::process::Child;
 use std::time::Duration;
 
-use platform::testing::{self, TestDatabase, TestVhost, eventually, signal};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use testkit::{TestDatabase, TestVhost, eventually, signal};
 
 use crate::helpers::ADMIN;
 
@@ -23,12 +23,12 @@ pub struct InventoryProcess {
 impl InventoryProcess {
     /// Starts inventory-service on `db` and `vhost` and waits until it is ready.
     pub async fn start(db: &TestDatabase, vhost: &TestVhost) -> Self {
-        let port = testing::free_port();
-        let child = testing::service_command(
+        let port = testkit::free_port();
+        let child = testkit::service_command(
             env!("CARGO_BIN_EXE_inventory-service-process"),
             &db.url,
             &vhost.url,
-            &testing::redis_prefix(),
+            &testkit::redis_prefix(),
         )
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", ADMIN)

@@ -1,5 +1,5 @@
 //! A cancellation whose message was lost: reconciliation sends it again, the stock comes back
-//! once, and the release is recorded so the order is not asked about again (SPEC §4.2).
+//! once, and the release is recorded so the order is not asked about again (docs/contract.md §4.2).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! End-to-end: both services running, events over a real RabbitMQ vhost, driven over HTTP.
-//! Each test checks the invariants of SPEC §4.3 that its scenario touches.
+//! Each test checks the invariants of docs/contract.md §4.3 that its scenario touches.
 
 mod flash_sale;
 mod helpers;

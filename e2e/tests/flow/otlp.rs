@@ -22,9 +22,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use platform::testing::{self, KilledOnDrop, TestDatabase, TestVhost, eventually, signal};
 use prost::Message;
 use serde_json::{Value, json};
+use testkit::{KilledOnDrop, TestDatabase, TestVhost, eventually, signal};
 use tonic::transport::server::TcpIncoming;
 
 use crate::helpers::{ADMIN, SETTLE};
@@ -137,9 +137,9 @@ async fn start(
     protocol: &str,
     env: &[(&str, String)],
 ) -> (KilledOnDrop, String) {
-    let port = testing::free_port();
+    let port = testkit::free_port();
     let mut command =
-        testing::service_command(binary, &db.url, &vhost.url, &testing::redis_prefix());
+        testkit::service_command(binary, &db.url, &vhost.url, &testkit::redis_prefix());
     command
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", ADMIN)

@@ -3,45 +3,10 @@
 use chrono::{DateTime, Utc};
 use shared::events::{LineItem, RejectionReason};
 use shared::ids::OrderId;
+pub use shared::reservation::ReservationState;
 use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ReservationState {
-    /// Stock deducted.
-    Applied,
-    /// Nothing deducted: unknown product or short stock.
-    Rejected,
-    /// Deducted, then given back after the order's cancellation.
-    Released,
-    /// The cancellation came first: nothing was or will be deducted.
-    Cancelled,
-}
-
-impl ReservationState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Applied => "APPLIED",
-            Self::Rejected => "REJECTED",
-            Self::Released => "RELEASED",
-            Self::Cancelled => "CANCELLED",
-        }
-    }
-
-    /// Strict: a value the CHECK constraint should never have admitted fails loudly instead
-    /// of becoming some state by default.
-    fn parse(raw: &str) -> Result<Self, sqlx::Error> {
-        match raw {
-            "APPLIED" => Ok(Self::Applied),
-            "REJECTED" => Ok(Self::Rejected),
-            "RELEASED" => Ok(Self::Released),
-            "CANCELLED" => Ok(Self::Cancelled),
-            other => Err(decode_error("reservation state", other)),
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct Reservation {
@@ -71,14 +36,16 @@ impl TryFrom<Row> for Reservation {
     fn try_from(row: Row) -> Result<Self, sqlx::Error> {
         Ok(Self {
             order_id: OrderId(row.order_id),
-            state: ReservationState::parse(&row.state)?,
+            state: ReservationState::parse(&row.state)
+                .ok_or_else(|| decode_error("reservation state", &row.state))?,
             items: row.items.0,
-            rejection_reason: match row.rejection_reason.as_deref() {
-                None => None,
-                Some("insufficient_stock") => Some(RejectionReason::InsufficientStock),
-                Some("unknown_product") => Some(RejectionReason::UnknownProduct),
-                Some(other) => return Err(decode_error("rejection reason", other)),
-            },
+            rejection_reason: row
+                .rejection_reason
+                .map(|raw| {
+                    RejectionReason::parse(&raw)
+                        .ok_or_else(|| decode_error("rejection reason", &raw))
+                })
+                .transpose()?,
             updated_at: row.updated_at,
         })
     }

@@ -1,5 +1,7 @@
-//! The deduction engine's SQL: read stock and version, then a conditional update that only
-//! succeeds when the row is unchanged since the read and holds enough stock.
+//! The SQL that reserves stock for `order.created`: read stock and version, then a conditional
+//! update that only succeeds when the row is unchanged since the read and holds enough stock.
+//! (`POST /deductions` judges its batches in one call of `apply_deductions`, see
+//! [`crate::db::deductions`].)
 //!
 //! This, not the Redis lock, is what keeps stock correct: a writer holding a stale read (a
 //! lock holder paused past its TTL, two holders while Redis lost its keys, no lock at all

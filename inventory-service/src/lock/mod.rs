@@ -1,9 +1,11 @@
 //! Per-product stock locks in Redis.
 //!
 //! The lock keeps contention cheap; it is **not** what keeps stock correct. Correctness comes
-//! from the conditional update in [`crate::db::stock`] (`stock >= $q AND version = $v`, rows
-//! affected checked), which also holds when a lock expires under a paused holder, when Redis
-//! loses its keys, or when Redis is down and deductions run without locks at all.
+//! from the database: the conditional update of [`crate::db::stock`] (`stock >= $q AND
+//! version = $v`, rows affected checked) for orders' reservations, and the row lock that
+//! `apply_deductions` ([`crate::db::deductions`]) takes before it judges a deduction. Both
+//! hold when a lock expires under a paused holder, when Redis loses its keys, or when Redis
+//! is down and deductions run without locks at all.
 //!
 //! How a lock works:
 //! - **Queue locally first**: tasks of this process wanting the same product wait in a FIFO

@@ -8,8 +8,8 @@
 //! the batch is tried again), then released.
 //!
 //! A message that cannot be parsed, or an `order.created` order-service would never send, is
-//! poison on its own. When the batch's transaction fails, its messages are applied again one
-//! by one, so a message that makes it fail fails alone and the others go through.
+//! poison on its own. A batch that fails as a whole is applied again one message at a time by
+//! the consumer loop ([`platform::consumer::handle`]).
 //!
 //! A batch of one takes the same path: there is no other way to reserve stock for an order.
 
@@ -31,81 +31,32 @@ pub struct OrderEvents {
 }
 
 impl Handler for OrderEvents {
-    async fn handle_batch(&self, messages: &[Message]) -> Vec<Outcome> {
-        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(messages.len());
-        let mut works = Vec::new();
-        let mut positions = Vec::new();
-        for (position, message) in messages.iter().enumerate() {
-            match parse(message) {
-                Ok(work) => {
-                    works.push(work);
-                    positions.push(position);
-                    outcomes.push(None);
-                }
-                Err(poison) => outcomes.push(Some(Err(poison))),
+    type Work = Work;
+
+    fn parse(&self, message: &Message) -> Result<Work, ConsumeError> {
+        let envelope: Envelope<OrderEvent> = serde_json::from_slice(&message.body)
+            .map_err(|e| ConsumeError::Poison(format!("not an order event: {e}")))?;
+        let event = match envelope.event {
+            OrderEvent::Created(created) => {
+                check_items(&created.items)?;
+                Event::Created(created)
             }
-        }
-        let applied = match self.apply(&works).await {
-            Err(ConsumeError::Retry(error)) if works.len() > 1 => {
-                tracing::warn!(
-                    error = format!("{error:#}"),
-                    size = works.len(),
-                    "applying the batch failed; applying its messages one by one"
-                );
-                let mut alone = Vec::with_capacity(works.len());
-                for work in &works {
-                    alone.push(match self.apply(std::slice::from_ref(work)).await {
-                        Ok(mut one) => one.pop().unwrap_or_else(|| Err(no_outcome())),
-                        Err(error) => Err(error),
-                    });
-                }
-                alone
-            }
-            Err(error) => {
-                let reason = format!("{error:#}");
-                let contended = matches!(error, ConsumeError::Contention(_));
-                works
-                    .iter()
-                    .map(|_| {
-                        Err(if contended {
-                            ConsumeError::Contention(reason.clone())
-                        } else {
-                            ConsumeError::Retry(anyhow::anyhow!("{reason}"))
-                        })
-                    })
-                    .collect()
-            }
-            Ok(each) => each,
+            OrderEvent::Cancelled(cancelled) => Event::Cancelled(cancelled),
         };
-        for (position, outcome) in positions.into_iter().zip(applied) {
-            outcomes[position] = Some(outcome);
-        }
-        outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| Err(no_outcome())))
-            .collect()
+        Ok(Work {
+            message_id: envelope.event_id,
+            event,
+            trace: message.trace.clone(),
+        })
+    }
+
+    async fn apply_batch(&self, works: &[Work]) -> Result<Vec<Outcome>, ConsumeError> {
+        self.apply(works).await
     }
 }
 
 fn no_outcome() -> ConsumeError {
     ConsumeError::Retry(anyhow::anyhow!("no outcome"))
-}
-
-fn parse(message: &Message) -> Result<Work, ConsumeError> {
-    let envelope: Envelope<OrderEvent> = serde_json::from_slice(&message.body)
-        .map_err(|e| ConsumeError::Poison(format!("not an order event: {e}")))?;
-    let event = match envelope.event {
-        OrderEvent::Created(created) => {
-            check_items(&created.items)?;
-            Event::Created(created)
-        }
-        OrderEvent::Cancelled(cancelled) => Event::Cancelled(cancelled),
-    };
-    Ok(Work {
-        message_id: envelope.event_id,
-        event,
-        trace: message.trace.clone(),
-    })
 }
 
 /// Items order-service would never send (the rules of `shared::line_items`, which it checks

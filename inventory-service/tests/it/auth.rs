@@ -1,7 +1,6 @@
 //! Admin endpoints need `Authorization: Bearer <ADMIN_TOKEN>`; without a configured token,
 //! nothing gets in.
 
-use platform::testing;
 use serde_json::json;
 
 use crate::helpers::{ADMIN_TOKEN, TestApp, assert_problem};
@@ -98,10 +97,10 @@ const ADMIN_ROUTES: [(&str, &str); 5] = [
 async fn every_401_carries_a_bearer_challenge() {
     let app = TestApp::spawn().await;
     for (method, path) in ADMIN_ROUTES {
-        for credential in testing::REFUSED_CREDENTIALS {
+        for credential in testkit::REFUSED_CREDENTIALS {
             let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
             let request = app.anonymous.request(method.clone(), app.url(path));
-            let (response, challenge) = testing::send_with_credential(request, credential).await;
+            let (response, challenge) = testkit::send_with_credential(request, credential).await;
             assert!(
                 challenge.starts_with("Bearer"),
                 "{method} {path} with {credential:?}: {challenge:?}"
@@ -140,9 +139,9 @@ async fn with_reservations_require_admin_reading_a_reservation_needs_the_admin_t
     assert_problem(response, 404, "not-found").await;
 
     let closed = TestApp::spawn_with(|c| c.reservations_require_admin = true).await;
-    for credential in testing::REFUSED_CREDENTIALS {
+    for credential in testkit::REFUSED_CREDENTIALS {
         let request = closed.anonymous.get(closed.url(path));
-        let (response, challenge) = testing::send_with_credential(request, credential).await;
+        let (response, challenge) = testkit::send_with_credential(request, credential).await;
         assert_eq!(challenge, "Bearer realm=\"admin\"", "{credential:?}");
         assert_problem(response, 401, "unauthorized").await;
     }
@@ -160,18 +159,18 @@ async fn with_reservations_require_admin_reading_a_reservation_needs_the_admin_t
 /// itself: both services can be handed the same environment.
 #[tokio::test]
 async fn the_binary_closes_reservations_when_it_sees_the_identity_setting() {
-    use platform::testing::{self, KilledOnDrop, TestDatabase, TestVhost, eventually};
+    use testkit::{KilledOnDrop, TestDatabase, TestVhost, eventually};
 
     let path = "/reservations/0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80";
     let db = TestDatabase::create("inventory_identity_env", &inventory_service::MIGRATOR).await;
     let vhost = TestVhost::create();
-    let port = testing::free_port();
+    let port = testkit::free_port();
     let _child = KilledOnDrop(
-        testing::service_command(
+        testkit::service_command(
             env!("CARGO_BIN_EXE_inventory-service"),
             &db.url,
             &vhost.url,
-            &testing::redis_prefix(),
+            &testkit::redis_prefix(),
         )
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", ADMIN_TOKEN)

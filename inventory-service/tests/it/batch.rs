@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use inventory_service::lock::{LockOptions, Locker};
 use inventory_service::messaging::order_events::OrderEvents;
-use platform::consumer::{ConsumeError, Handled, Handler, Message, Outcome};
+use platform::consumer::{Message, Outcome};
 use platform::http::TraceContext;
 use platform::outbox::OutboxSignal;
 use platform::redis_health::RedisHealth;
-use platform::testing::{TestDatabase, redis_prefix, redis_url};
 use serde_json::{Value, json};
 use shared::ids::ProductId;
 use shared::keys::{self, RedisKeys};
 use sqlx::PgPool;
+use testkit::{TestDatabase, redis_prefix, redis_url};
 use uuid::Uuid;
 
 use crate::helpers::database_with_products;
@@ -42,7 +42,7 @@ fn locker(prefix: &str) -> Locker {
 }
 
 async fn setup(products: &[(i64, i64)]) -> Setup {
-    platform::testing::init_logs();
+    testkit::init_logs();
     let db = database_with_products("batch", products).await;
     let prefix = redis_prefix();
     let handler = OrderEvents {
@@ -109,13 +109,7 @@ async fn events(pool: &PgPool) -> Vec<String> {
 fn labels(outcomes: &[Outcome]) -> Vec<&'static str> {
     outcomes
         .iter()
-        .map(|o| match o {
-            Ok(Handled::Applied) => "applied",
-            Ok(Handled::Duplicate) => "duplicate",
-            Err(ConsumeError::Poison(_)) => "poison",
-            Err(ConsumeError::Retry(_)) => "retry",
-            Err(ConsumeError::Contention(_)) => "contention",
-        })
+        .map(platform::consumer::result_label)
         .collect()
 }
 
@@ -132,7 +126,7 @@ async fn each_order_of_a_batch_is_judged_against_the_stock_the_earlier_ones_left
         created(b, &[(1, 4)]),
         created(c, &[(1, 3)]),
     ];
-    let outcomes = s.handler.handle_batch(&batch).await;
+    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["applied"; 3]);
     assert_eq!(state(&s.db.pool, a).await, applied("APPLIED"));
     assert_eq!(
@@ -168,10 +162,10 @@ async fn a_poison_message_inside_a_batch_fails_alone() {
         created(Uuid::now_v7(), &[(1, 0)]),
         created(b, &[(1, 1)]),
     ];
-    let outcomes = s.handler.handle_batch(&batch).await;
+    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
     assert_eq!(
         labels(&outcomes),
-        ["applied", "poison", "poison", "applied"]
+        ["applied", "dead_lettered", "dead_lettered", "applied"]
     );
     assert_eq!(stock(&s.db.pool, 1).await, 3);
 }
@@ -195,8 +189,8 @@ async fn a_message_that_fails_inside_a_batch_fails_alone() {
         created(bad, &[(1, 1)]),
         created(c, &[(1, 1)]),
     ];
-    let outcomes = s.handler.handle_batch(&batch).await;
-    assert_eq!(labels(&outcomes), ["applied", "retry", "applied"]);
+    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
+    assert_eq!(labels(&outcomes), ["applied", "retried", "applied"]);
     assert_eq!(state(&s.db.pool, bad).await, None);
     assert_eq!(
         stock(&s.db.pool, 1).await,
@@ -218,7 +212,7 @@ async fn a_creation_and_its_cancellation_in_one_batch_keep_the_saga_rules() {
         cancelled(first_cancelled),
         created(first_cancelled, &[(1, 3)]),
     ];
-    let outcomes = s.handler.handle_batch(&batch).await;
+    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["applied"; 5]);
     assert_eq!(state(&s.db.pool, first_created).await, applied("RELEASED"));
     assert_eq!(
@@ -242,13 +236,13 @@ async fn a_seen_message_or_a_seen_order_deducts_nothing_and_is_answered_again() 
     let order = Uuid::now_v7();
     let first = created(order, &[(1, 2)]);
     assert_eq!(
-        labels(&s.handler.handle_batch(std::slice::from_ref(&first)).await),
+        labels(&platform::consumer::handle(&s.handler, std::slice::from_ref(&first)).await),
         ["applied"]
     );
     // The same message again (redelivered), and a re-published creation of the same order.
     let batch = [first, created(order, &[(1, 2)])];
     assert_eq!(
-        labels(&s.handler.handle_batch(&batch).await),
+        labels(&platform::consumer::handle(&s.handler, &batch).await),
         ["duplicate", "applied"]
     );
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
@@ -279,15 +273,15 @@ async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the
         // Later events of a waiting order wait with it, so they keep their order.
         cancelled(busy),
     ];
-    let outcomes = s.handler.handle_batch(&batch).await;
-    assert_eq!(labels(&outcomes), ["contention", "applied", "contention"]);
+    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
+    assert_eq!(labels(&outcomes), ["contended", "applied", "contended"]);
     assert_eq!(state(&s.db.pool, busy).await, None);
     assert_eq!(stock(&s.db.pool, 2).await, 4);
 
     held.release().await;
     let again = [batch[0].clone(), batch[2].clone()];
     assert_eq!(
-        labels(&s.handler.handle_batch(&again).await),
+        labels(&platform::consumer::handle(&s.handler, &again).await),
         ["applied", "applied"]
     );
     assert_eq!(state(&s.db.pool, busy).await, applied("RELEASED"));

@@ -1,14 +1,12 @@
 //! The real binary, killed (`kill -9`) or paused (`SIGSTOP`, past its locks' TTL) in the
 //! middle of a stream of orders: every order is still handled exactly once, and the stock adds
-//! up (SPEC §4.3, invariants 1, 2 and 5).
+//! up (docs/contract.md §4.3, invariants 1, 2 and 5).
 
 use std::time::Duration;
 
-use platform::testing::{
-    self, AmqpProbe, KilledOnDrop, TestDatabase, TestVhost, eventually, signal,
-};
 use serde_json::json;
 use shared::keys;
+use testkit::{self, AmqpProbe, KilledOnDrop, TestDatabase, TestVhost, eventually, signal};
 use uuid::Uuid;
 
 const STOCK: i64 = 150;
@@ -17,7 +15,7 @@ const ORDERS: i64 = 600;
 const ORDERS_FOR_PAUSES: i64 = 2000;
 
 fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)]) -> KilledOnDrop {
-    let child = testing::service_command(
+    let child = testkit::service_command(
         env!("CARGO_BIN_EXE_inventory-service"),
         &db.url,
         &vhost.url,
@@ -44,7 +42,7 @@ async fn processed(db: &TestDatabase) -> i64 {
 /// A product with [`STOCK`] units and `orders` one-unit orders for it already queued, as
 /// order-service would have published them.
 async fn stream_of_orders(name: &str, orders: i64) -> (TestDatabase, TestVhost, AmqpProbe) {
-    testing::init_logs();
+    testkit::init_logs();
     let db = TestDatabase::create(name, &inventory_service::MIGRATOR).await;
     let vhost = TestVhost::create();
     sqlx::query("INSERT INTO products (product_id, name, stock) VALUES (1, 'Under test', $1)")
@@ -105,7 +103,7 @@ async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe, o
 #[tokio::test]
 async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
     let (db, vhost, probe) = stream_of_orders("inventory_crash", ORDERS).await;
-    let prefix = testing::redis_prefix();
+    let prefix = testkit::redis_prefix();
     let mut first = start(&db, &vhost, &prefix, &[]);
     eventually(Duration::from_secs(60), || async {
         (processed(&db).await >= 50).then_some(())
@@ -133,12 +131,12 @@ async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
 #[tokio::test]
 async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell_or_double_apply() {
     let (db, vhost, probe) = stream_of_orders("inventory_pause", ORDERS_FOR_PAUSES).await;
-    let prefix = testing::redis_prefix();
+    let prefix = testkit::redis_prefix();
     // Short locks, so the pause outlives them; both instances consume the same queue. Batches
     // of one message: the instances then hold the product's lock most of the time, so a pause
     // catches one holding it (larger batches hold it for a moment per batch, and finish the
     // stream within a pause or two).
-    let port = testing::free_port();
+    let port = testkit::free_port();
     let paused_addr = format!("127.0.0.1:{port}");
     let mut paused = start(
         &db,
@@ -173,7 +171,7 @@ async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell
     let paused_base = format!("http://{paused_addr}");
     let lost = r#"lock_acquisitions_total{result="lost"}"#;
     let mut pauses = 0;
-    while testing::scrape_metric(&paused_base, lost).await < 1.0 {
+    while testkit::scrape_metric(&paused_base, lost).await < 1.0 {
         assert!(
             pauses < 20 && processed(&db).await < ORDERS_FOR_PAUSES,
             "no pause caught the instance holding a lock"

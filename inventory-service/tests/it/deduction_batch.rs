@@ -1,5 +1,5 @@
 //! `apply_deductions`, the database function that applies a whole batch of `POST /deductions`
-//! in one call, on its own: every rule of SPEC §3.2 as if the requests came one at a time in
+//! in one call, on its own: every rule of docs/contract.md §3.2 as if the requests came one at a time in
 //! order, one transaction per call, nothing written when anything is off.
 
 use std::time::Duration;
@@ -8,10 +8,10 @@ use axum::http::StatusCode;
 use inventory_service::db::deductions::{self, NewDeduction, Refusals, StoredDeduction, Verdict};
 use inventory_service::domain::deduction::DeductionStatus;
 use inventory_service::replay::StoredResponse;
-use platform::testing::{TestDatabase, eventually};
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgPool;
+use testkit::{TestDatabase, eventually};
 
 use crate::helpers::database_with_products;
 

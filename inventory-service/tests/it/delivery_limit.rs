@@ -1,4 +1,4 @@
-//! Contention is not failure (SPEC §4.2, §4.3 invariant 5): a product lock held elsewhere
+//! Contention is not failure (docs/contract.md §4.2, §4.3 invariant 5): a product lock held elsewhere
 //! for far longer than the delivery limit's worth of lock waits never dead-letters a valid
 //! order; a message that truly keeps failing is still dead-lettered after the delivery limit
 //! instead of being requeued forever.
@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use inventory_service::lock::LockOptions;
-use platform::testing::{AmqpProbe, eventually};
 use serde_json::json;
 use shared::ids::ProductId;
 use shared::keys;
+use testkit::{AmqpProbe, eventually};
 use uuid::Uuid;
 
 use crate::helpers::TestApp;

@@ -7,8 +7,8 @@ use axum::body::Body;
 use axum::http::Request;
 use inventory_service::Config;
 use platform::http::RateLimit;
-use platform::testing::{TestDatabase, redis_prefix, redis_url};
 use sqlx::postgres::PgPoolOptions;
+use testkit::{TestDatabase, redis_prefix, redis_url};
 use tower::ServiceExt;
 
 use crate::helpers::{TestApp, assert_problem};

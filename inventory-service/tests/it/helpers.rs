@@ -6,11 +6,11 @@ use std::time::Duration;
 use inventory_service::Config;
 use inventory_service::deduction::Deductions;
 use inventory_service::lock::{LockOptions, Locker};
-use platform::testing::{TestDatabase, TestVhost, redis_prefix, redis_url};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use shared::keys::RedisKeys;
 use sqlx::PgPool;
+use testkit::{TestDatabase, TestVhost, redis_prefix, redis_url};
 use tokio_util::sync::CancellationToken;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
@@ -24,7 +24,7 @@ pub fn watched_locker(
     platform::redis_health::RedisHealth,
     tokio_util::sync::DropGuard,
 ) {
-    platform::testing::init_logs();
+    testkit::init_logs();
     let health = platform::redis_health::RedisHealth::default();
     let stop = CancellationToken::new();
     tokio::spawn(
@@ -71,7 +71,7 @@ impl TestApp {
 
     /// Spawns with the test defaults changed by `customize`.
     pub async fn spawn_with(customize: impl FnOnce(&mut Config)) -> Self {
-        platform::testing::init_logs();
+        testkit::init_logs();
         let database = TestDatabase::create("inventory", &inventory_service::MIGRATOR).await;
         let vhost = TestVhost::create();
         let mut config = Config {
@@ -225,7 +225,7 @@ pub async fn assert_problem(response: reqwest::Response, status: u16, slug: &str
     body
 }
 
-pub use platform::testing::eventually;
+pub use testkit::eventually;
 
 /// Generous waits: these tests check correctness, not how fast 200 requests queue up on a
 /// busy two-core machine.

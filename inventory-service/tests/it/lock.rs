@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use inventory_service::lock::{Lease, LockError, LockOptions, Locker};
 use platform::redis_conn::RedisConnection;
 use platform::redis_health::RedisHealth;
-use platform::testing::{redis_prefix, redis_url};
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
+use testkit::{redis_prefix, redis_url};
 
 use crate::helpers::eventually;
 
@@ -22,7 +22,7 @@ fn options(ttl_ms: u64, wait_ms: u64, renew: bool) -> LockOptions {
 }
 
 fn redis() -> RedisConnection {
-    platform::testing::init_logs();
+    testkit::init_logs();
     platform::redis_conn::connect(&redis_url()).expect("a Redis manager")
 }
 

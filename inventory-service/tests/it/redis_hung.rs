@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use inventory_service::lock::Locker;
-use platform::private_redis::PrivateRedis;
 use platform::redis_health::RedisHealth;
-use platform::testing::{TestDatabase, TestVhost, eventually, redis_prefix};
 use serde_json::json;
 use shared::ids::ProductId;
+use testkit::redis::PrivateRedis;
+use testkit::{TestDatabase, TestVhost, eventually, redis_prefix};
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::ADMIN_TOKEN;
@@ -74,7 +74,7 @@ async fn after_one_timeout_a_hung_redis_is_not_asked_again_until_it_answers() {
 
 #[tokio::test]
 async fn deductions_keep_flowing_through_the_service_while_redis_is_stopped() {
-    platform::testing::init_logs();
+    testkit::init_logs();
     let mut redis = PrivateRedis::start().await;
     let database = TestDatabase::create("inventory", &inventory_service::MIGRATOR).await;
     let vhost = TestVhost::create();

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use platform::testing::{self, AmqpProbe, KilledOnDrop, TestDatabase, TestVhost, eventually};
 use serde_json::json;
 use shared::keys;
+use testkit::{AmqpProbe, KilledOnDrop, TestDatabase, TestVhost, eventually};
 use uuid::Uuid;
 
 /// Long enough for every check below on a loaded machine; the test then waits it out.
@@ -17,14 +17,14 @@ const DRAIN_SECS: u64 = 20;
 async fn after_sigterm_readyz_is_503_while_requests_and_events_are_still_handled_then_it_exits_0() {
     let db = TestDatabase::create("inventory_drain", &inventory_service::MIGRATOR).await;
     let vhost = TestVhost::create();
-    let port = testing::free_port();
+    let port = testkit::free_port();
     let admin = "drain-admin-token";
     let mut child = KilledOnDrop(
-        testing::service_command(
+        testkit::service_command(
             env!("CARGO_BIN_EXE_inventory-service"),
             &db.url,
             &vhost.url,
-            &testing::redis_prefix(),
+            &testkit::redis_prefix(),
         )
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", admin)
@@ -44,7 +44,7 @@ async fn after_sigterm_readyz_is_503_while_requests_and_events_are_still_handled
     })
     .await;
 
-    testing::signal(&child, "TERM");
+    testkit::signal(&child, "TERM");
     let problem = eventually(Duration::from_secs(10), || async {
         let (status, body) = readyz().await?;
         (status == 503).then_some(body)
@@ -91,14 +91,14 @@ async fn after_sigterm_readyz_is_503_while_requests_and_events_are_still_handled
     );
     assert!(child.try_wait().expect("wait").is_none(), "still running");
 
-    let exit = testing::exit_status(&mut child, Duration::from_secs(DRAIN_SECS + 30)).await;
+    let exit = testkit::exit_status(&mut child, Duration::from_secs(DRAIN_SECS + 30)).await;
     assert!(exit.success(), "exit status {exit:?}");
 }
 
 #[tokio::test]
 async fn an_instance_of_the_previous_release_starts_on_a_schema_the_next_one_migrated() {
     let db = TestDatabase::create("inventory_rolling", &inventory_service::MIGRATOR).await;
-    testing::record_a_newer_migration(&db.pool).await;
+    testkit::record_a_newer_migration(&db.pool).await;
     platform::db::connect_and_migrate(
         std::slice::from_ref(&db.url),
         &platform::db::PoolSettings::default(),

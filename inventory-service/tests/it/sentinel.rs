@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use inventory_service::lock::Locker;
-use platform::private_sentinel::PrivateSentinel;
-use platform::private_tls::TestCa;
 use platform::redis_conn::RedisConnection;
-use platform::testing::eventually;
 use platform::tls::CaBundle;
 use redis::AsyncCommands;
 use shared::ids::ProductId;
+use testkit::eventually;
+use testkit::sentinel::PrivateSentinel;
+use testkit::tls::TestCa;
 use tokio_util::sync::DropGuard;
 
 /// A failover takes the Sentinels' down-after time, an election and a promotion: seconds.

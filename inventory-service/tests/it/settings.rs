@@ -1,8 +1,8 @@
 //! Settings: each one is range-checked at start, and the pool's sessions carry the server-side
-//! safeguards the README promises.
+//! safeguards docs/configuration.md promises.
 
 use inventory_service::config::Config;
-use platform::testing::{self, TestDatabase};
+use testkit::TestDatabase;
 
 /// Values that cannot work. Each must stop the binary before it serves, with a message naming
 /// the variable.
@@ -44,7 +44,7 @@ const REFUSED: &[(&str, &str)] = &[
 #[tokio::test(flavor = "multi_thread")]
 async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
     let db = TestDatabase::create("inventory_settings", &inventory_service::MIGRATOR).await;
-    testing::assert_each_setting_refused(env!("CARGO_BIN_EXE_inventory-service"), &db.url, REFUSED)
+    testkit::assert_each_setting_refused(env!("CARGO_BIN_EXE_inventory-service"), &db.url, REFUSED)
         .await;
 }
 
@@ -53,8 +53,8 @@ async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
     let db = TestDatabase::create("inventory_settings", &inventory_service::MIGRATOR).await;
     let config = Config {
         database_urls: vec![db.url.clone()],
-        redis_url: testing::redis_url(),
-        redis_key_prefix: testing::redis_prefix(),
+        redis_url: testkit::redis_url(),
+        redis_key_prefix: testkit::redis_prefix(),
         amqp_urls: vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()],
         ..Config::default()
     };

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use platform::db::{PoolSettings, connect_and_migrate};
-use platform::private_standby::PrivateStandby;
-use platform::testing::eventually;
 use sqlx::PgPool;
+use testkit::eventually;
+use testkit::standby::PrivateStandby;
 
 /// The port of the server `pool`'s connections talk to.
 async fn server_port(pool: &PgPool) -> u16 {

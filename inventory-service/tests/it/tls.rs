@@ -1,15 +1,15 @@
 //! TLS to every backing service, against real TLS endpoints this test starts: a PostgreSQL
-//! cluster that takes TLS connections only, a Redis on a TLS port only, and stunnel in front
-//! of RabbitMQ. The service binary verifies each against the private CA it is given, and
+//! cluster that takes TLS connections only, a Redis on a TLS port only, and a TLS front (rustls)
+//! before RabbitMQ. The service binary verifies each against the private CA it is given, and
 //! refuses a server its CA did not sign.
 
 use std::time::Duration;
 
-use platform::captured_log::CapturedLog;
-use platform::private_redis::PrivateRedis;
-use platform::private_tls::{PrivatePostgres, Stunnel, TestCa};
-use platform::testing::{self, KilledOnDrop, TestDatabase, TestVhost, eventually};
 use sqlx::Connection;
+use testkit::captured_log::CapturedLog;
+use testkit::redis::PrivateRedis;
+use testkit::tls::{PrivatePostgres, TestCa, TlsFront};
+use testkit::{KilledOnDrop, TestDatabase, TestVhost, eventually};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_inventory-service");
 const NO_BROKER: &str = "amqp://guest:guest@127.0.0.1:1/%2f";
@@ -23,9 +23,9 @@ struct Service {
 
 impl Service {
     fn start(database_url: &str, amqp_url: &str, env: &[(&str, String)]) -> Self {
-        let port = testing::free_port();
+        let port = testkit::free_port();
         let mut command =
-            testing::service_command(BINARY, database_url, amqp_url, &testing::redis_prefix());
+            testkit::service_command(BINARY, database_url, amqp_url, &testkit::redis_prefix());
         command
             .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "warn");
@@ -74,7 +74,7 @@ async fn the_service_is_ready_over_tls_to_postgres_redis_and_rabbitmq_with_their
     let postgres = PrivatePostgres::start_tls(&ca);
     let redis = PrivateRedis::start_tls(&ca).await;
     let vhost = TestVhost::create();
-    let amqps = Stunnel::start(&ca, "127.0.0.1:5672");
+    let amqps = TlsFront::start(&ca, "127.0.0.1:5672");
     let ca_file = display(ca.ca_file());
     let service = Service::start(
         &postgres.url(
@@ -114,14 +114,14 @@ async fn postgres_over_tls_refuses_a_server_its_ca_did_not_sign() {
         // The system's roots do not know the test CA either.
         "sslmode=verify-full".to_owned(),
     ] {
-        let mut command = testing::service_command(
+        let mut command = testkit::service_command(
             BINARY,
             &postgres.url("inventory", &params),
             NO_BROKER,
-            &testing::redis_prefix(),
+            &testkit::redis_prefix(),
         );
-        command.env("HTTP_ADDR", format!("127.0.0.1:{}", testing::free_port()));
-        let stderr = tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
+        command.env("HTTP_ADDR", format!("127.0.0.1:{}", testkit::free_port()));
+        let stderr = tokio::task::spawn_blocking(move || testkit::expect_refused_start(command))
             .await
             .expect("the check runs");
         assert!(stderr.contains("certificate"), "{params}: {stderr}");
@@ -134,7 +134,7 @@ async fn redis_and_rabbitmq_over_tls_refuse_a_server_their_ca_did_not_sign() {
     let database = TestDatabase::create("inventory_tls", &inventory_service::MIGRATOR).await;
     let redis = PrivateRedis::start_tls(&ca).await;
     let vhost = TestVhost::create();
-    let amqps = Stunnel::start(&ca, "127.0.0.1:5672");
+    let amqps = TlsFront::start(&ca, "127.0.0.1:5672");
     let service = Service::start(
         &database.url,
         &format!(

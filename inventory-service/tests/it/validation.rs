@@ -216,7 +216,7 @@ async fn invalid_restocks_are_refused_and_add_nothing() {
     assert_eq!(app.stock(1).await, 1);
 }
 
-/// SPEC §3: a control character (U+0000–U+001F, U+007F) in any string is a 422 and changes
+/// docs/contract.md §3: a control character (U+0000–U+001F, U+007F) in any string is a 422 and changes
 /// nothing; a NUL used to reach PostgreSQL, which refuses it in `text`, and answer 500.
 #[tokio::test]
 async fn control_characters_in_any_string_are_422_and_change_nothing() {

@@ -6,7 +6,7 @@
 #[path = "../it/helpers.rs"]
 mod helpers;
 
-use platform::testing::scrape_metric;
+use testkit::scrape_metric;
 use tokio::sync::Mutex;
 
 use helpers::{TestApp, assert_exactly_fifty_applied, patient, stampede};

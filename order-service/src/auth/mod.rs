@@ -1,4 +1,4 @@
-//! End-user identity (SPEC §3.3): who is calling, from a bearer JWT, when configured.
+//! End-user identity (docs/contract.md §3.3): who is calling, from a bearer JWT, when configured.
 //!
 //! Handlers of the protected operations take [`Caller`] as their first argument, so the token
 //! is checked before the path, the query or the body is looked at: a request that does not

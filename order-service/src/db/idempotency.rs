@@ -7,7 +7,7 @@ use shared::ids::UserId;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::idempotency::StoredResponse;
+use crate::domain::{ResponseStatus, StoredResponse};
 
 #[derive(sqlx::FromRow)]
 struct OutcomeRow {
@@ -34,17 +34,24 @@ pub async fn find_all(
     .bind(tokens)
     .fetch_all(conn)
     .await?;
-    Ok(rows
-        .into_iter()
+    rows.into_iter()
         .map(|row| {
+            let decode = |column: &str, source: Box<dyn std::error::Error + Send + Sync>| {
+                sqlx::Error::ColumnDecode {
+                    index: column.to_owned(),
+                    source,
+                }
+            };
             let response = StoredResponse {
                 fingerprint: row.fingerprint,
                 order_id: row.order_id,
-                status: u16::try_from(row.response_status).unwrap_or_default(),
-                body: String::from_utf8_lossy(&row.response_body).into_owned(),
+                status: ResponseStatus::try_from(row.response_status)
+                    .map_err(|e| decode("response_status", Box::new(e)))?,
+                body: String::from_utf8(row.response_body)
+                    .map_err(|e| decode("response_body", Box::new(e)))?,
                 taker: row.taker.map(UserId),
             };
-            (row.token, response)
+            Ok((row.token, response))
         })
-        .collect())
+        .collect()
 }

@@ -13,17 +13,16 @@ use sqlx::postgres::PgRow;
 
 use crate::domain::{OrderStatus, status};
 
-/// An order as stored. Reading one checks its status and rejection reason strictly (an
-/// unknown value fails the read; see the `FromRow` below): the texts stay `String` here only
-/// because their readers still compare text.
+/// An order as stored. Its status and rejection reason are CHECK-ed text read strictly into
+/// their types: an unknown value fails the read (see the `FromRow` below), never a default.
 #[derive(Debug, Clone)]
 pub struct OrderRow {
     pub order_id: Uuid,
     pub user_id: i64,
     pub items: Json<Vec<LineItem>>,
     pub amount: Decimal,
-    pub status: String,
-    pub rejection_reason: Option<String>,
+    pub status: OrderStatus,
+    pub rejection_reason: Option<RejectionReason>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -36,10 +35,12 @@ impl<'r> sqlx::FromRow<'r, PgRow> for OrderRow {
             index: column.to_owned(),
             source: Box::new(error),
         };
-        OrderStatus::read(&status).map_err(|e| strict("status", e))?;
-        if let Some(reason) = &rejection_reason {
-            status::read_rejection_reason(reason).map_err(|e| strict("rejection_reason", e))?;
-        }
+        let status = OrderStatus::read(&status).map_err(|e| strict("status", e))?;
+        let rejection_reason = rejection_reason
+            .map(|reason| {
+                status::read_rejection_reason(&reason).map_err(|e| strict("rejection_reason", e))
+            })
+            .transpose()?;
         Ok(Self {
             order_id: row.try_get("order_id")?,
             user_id: row.try_get("user_id")?,
@@ -95,31 +96,12 @@ pub async fn list(conn: &mut PgConnection, query: &ListQuery) -> sqlx::Result<Ve
     .await
 }
 
-/// Moves a `PENDING` order to `to`; returns the row when it moved, `None` when the order was
-/// no longer `PENDING` (a late or duplicate event never moves an order backwards).
-pub async fn settle_pending(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    to: OrderStatus,
-    reason: Option<RejectionReason>,
-) -> sqlx::Result<Option<OrderRow>> {
-    sqlx::query_as(
-        "UPDATE orders SET status = $2, rejection_reason = $3, updated_at = now() \
-         WHERE order_id = $1 AND status = 'PENDING' \
-         RETURNING order_id, user_id, items, amount, status, rejection_reason, created_at, updated_at",
-    )
-    .bind(order_id.0)
-    .bind(to.as_str())
-    .bind(reason.map(RejectionReason::as_str))
-    .fetch_optional(conn)
-    .await
-}
-
 /// What settling a batch needs to know of an order.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SettlementRow {
     pub order_id: Uuid,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: OrderStatus,
     pub released: bool,
     pub created_at: DateTime<Utc>,
 }
@@ -166,7 +148,8 @@ pub async fn settle_pending_all(
     Ok(done.rows_affected())
 }
 
-/// [`record_released`] for many orders in one statement.
+/// Records that inventory holds nothing any more (its stock came back, or none was ever
+/// taken) for those of the cancelled `order_ids` not yet known so, in one statement.
 pub async fn record_released_all(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<()> {
     if order_ids.is_empty() {
         return Ok(());
@@ -231,19 +214,6 @@ pub async fn claim_stale_pending(
     .bind(limit)
     .fetch_all(conn)
     .await
-}
-
-/// Records that inventory holds nothing for a cancelled order any more (its stock came back,
-/// or none was ever taken); `false` when that was already known or the order is not cancelled.
-pub async fn record_released(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "UPDATE orders SET released_at = now() \
-         WHERE order_id = $1 AND status = 'CANCELLED' AND released_at IS NULL",
-    )
-    .bind(order_id.0)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// Claims up to `limit` `CANCELLED` orders whose release is not recorded, cancelled (their

@@ -26,7 +26,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::domain::NewOrder;
-use crate::idempotency::StoredResponse;
+use crate::domain::StoredResponse;
 
 /// One order of a batch, with everything its three rows hold.
 #[derive(Debug, Clone)]
@@ -71,8 +71,7 @@ impl Columns {
             c.created_at.push(p.created_at);
             c.token.push(p.token);
             c.fingerprint.push(p.response.fingerprint.clone());
-            c.status
-                .push(i16::try_from(p.response.status).unwrap_or(i16::MAX));
+            c.status.push(i16::from(p.response.status));
             c.body.push(p.response.body.clone().into_bytes());
             c.taker.push(p.response.taker.map(|t| t.0));
             c.event_id.push(p.event.event_id);

@@ -51,6 +51,15 @@ impl OrderStatus {
     }
 }
 
+/// How a row's CHECK-ed text becomes a status (`#[sqlx(try_from = "String")]`): strictly.
+impl TryFrom<String> for OrderStatus {
+    type Error = UnknownStatus;
+
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        Self::read(&raw)
+    }
+}
+
 /// A status text that is none of the four.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown order status {0:?}")]
@@ -58,13 +67,7 @@ pub struct UnknownStatus(pub String);
 
 /// Reads a stored rejection reason strictly (see [`OrderStatus::read`]).
 pub fn read_rejection_reason(raw: &str) -> Result<RejectionReason, UnknownStatus> {
-    [
-        RejectionReason::InsufficientStock,
-        RejectionReason::UnknownProduct,
-    ]
-    .into_iter()
-    .find(|reason| reason.as_str() == raw)
-    .ok_or_else(|| UnknownStatus(raw.to_owned()))
+    RejectionReason::parse(raw).ok_or_else(|| UnknownStatus(raw.to_owned()))
 }
 
 #[cfg(test)]

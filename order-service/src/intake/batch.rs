@@ -1,4 +1,4 @@
-//! One batch of order intake, as if its requests had come one at a time (SPEC §4.1):
+//! One batch of order intake, as if its requests had come one at a time (docs/contract.md §4.1):
 //!
 //! 1. Every token is claimed in one Redis round trip, in arrival order, so a second request
 //!    for a token in the same batch finds the first one's claim (409, or 422 for another body).
@@ -27,8 +27,9 @@ use uuid::Uuid;
 
 use super::Writer;
 use crate::db;
+use crate::domain::StoredResponse;
 use crate::error::ApiError;
-use crate::idempotency::{Claim, ClaimRequest, Held, StoredResponse};
+use crate::idempotency::{Claim, ClaimRequest, Held};
 use crate::place_order::{Placed, Placement};
 
 type Answer = Result<Placed, ApiError>;

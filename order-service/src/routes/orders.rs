@@ -1,6 +1,6 @@
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use platform::http::pagination::{self, Page};
@@ -60,7 +60,7 @@ pub async fn create(
     let placed = place_order::place(&state, caller, token, &body, &trace).await?;
     let response = placed.response;
     let mut answer = (
-        StatusCode::from_u16(response.status).unwrap_or(StatusCode::ACCEPTED),
+        response.status.code(),
         [(header::CONTENT_TYPE, "application/json")],
         response.body,
     )

@@ -1,6 +1,8 @@
-//! Settling a batch of inventory's events in one transaction: the orders locked in one
+//! Settling a batch of what inventory said in one transaction: the orders locked in one
 //! statement, each event judged in arrival order against what the earlier ones left, then
 //! the status changes, releases, message ids and outbox rows written in one statement each.
+//! It is the one path for these writes: the consumer's events and what reconciliation learns
+//! by asking inventory (events that came in no message) both go through [`settle_all`].
 //!
 //! The outcome of every event is the one handling them one at a time would give: a
 //! duplicate (its id recorded before, or earlier in the batch) changes nothing; a verdict
@@ -42,11 +44,29 @@ impl Effect {
 /// One event of the batch.
 #[derive(Debug, Clone)]
 pub struct Incoming {
-    pub message_id: Uuid,
-    /// The routing key, recorded with the message id.
-    pub kind: String,
+    /// The message it came in, recorded so that a redelivery is a duplicate; `None` for what
+    /// reconciliation learned from inventory's record.
+    pub message: Option<MessageKey>,
     pub effect: Effect,
     pub trace: TraceContext,
+}
+
+/// A message's id and routing key, as `processed_messages` records them.
+#[derive(Debug, Clone)]
+pub struct MessageKey {
+    pub id: Uuid,
+    pub kind: String,
+}
+
+impl Incoming {
+    /// What reconciliation learned of an order from inventory's record.
+    pub fn learned(effect: Effect) -> Self {
+        Self {
+            message: None,
+            effect,
+            trace: TraceContext::new_root(),
+        }
+    }
 }
 
 /// What a batch did: one [`Handled`] per event, and the transitions to count after commit.
@@ -84,17 +104,17 @@ pub async fn settle_all(
     // consumer waits here, then finds the id recorded.
     let mut orders = HashMap::new();
     for row in db::orders::lock_for_settlement(conn, &order_ids).await? {
-        let status = OrderStatus::parse(&row.status).ok_or_else(|| {
-            sqlx::Error::Decode(format!("unknown order status {:?}", row.status).into())
-        })?;
         let order = Order {
-            status,
+            status: row.status,
             released: row.released,
             created_at: row.created_at,
         };
         orders.insert(row.order_id, order);
     }
-    let ids: Vec<Uuid> = incoming.iter().map(|i| i.message_id).collect();
+    let ids: Vec<Uuid> = incoming
+        .iter()
+        .filter_map(|i| i.message.as_ref().map(|m| m.id))
+        .collect();
     let mut seen: HashSet<Uuid> = platform::batch_writes::recorded_among(conn, &ids)
         .await?
         .into_iter()
@@ -107,12 +127,14 @@ pub async fn settle_all(
     let mut outbox = Vec::new();
     let mut transitions = Vec::new();
     for event in incoming {
-        if !seen.insert(event.message_id) {
-            handled.push(Handled::Duplicate);
-            continue;
+        if let Some(message) = &event.message {
+            if !seen.insert(message.id) {
+                handled.push(Handled::Duplicate);
+                continue;
+            }
+            recorded.push((message.id, message.kind.as_str()));
         }
         handled.push(Handled::Applied);
-        recorded.push((event.message_id, event.kind.as_str()));
         let order_id = event.effect.order_id();
         let Some(order) = orders.get_mut(&order_id.0) else {
             tracing::warn!(%order_id, "event for an unknown order ignored");
@@ -157,7 +179,12 @@ pub async fn settle_all(
     })
 }
 
-fn release_request(order_id: OrderId, trace: &TraceContext) -> sqlx::Result<NewOutboxRow> {
+/// The `order.cancelled` that asks inventory to give an order's stock back: a new event each
+/// time (inventory releases at most once, however many copies arrive). Built here only.
+pub(crate) fn release_request(
+    order_id: OrderId,
+    trace: &TraceContext,
+) -> sqlx::Result<NewOutboxRow> {
     let event = Envelope::new(OrderEvent::Cancelled(OrderCancelled { order_id }));
     NewOutboxRow::new(keys::ORDERS_EXCHANGE, &event, trace)
         .map_err(|e| sqlx::Error::Encode(Box::new(e)))

@@ -4,9 +4,8 @@
 
 use chrono::Utc;
 use platform::http::TraceContext;
-use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
+use shared::events::RejectionReason;
 use shared::ids::{OrderId, UserId};
-use shared::keys;
 use sqlx::PgConnection;
 
 mod batch;
@@ -32,7 +31,7 @@ pub struct Transition {
     end_to_end: Option<f64>,
 }
 
-pub use batch::{Effect, Incoming, SettleError, Settled, settle_all};
+pub use batch::{Effect, Incoming, MessageKey, SettleError, Settled, settle_all};
 
 impl Transition {
     /// The change `from` → `to` of `row`'s order (`to` is what the caller just wrote).
@@ -63,33 +62,6 @@ fn target(verdict: Verdict) -> (OrderStatus, Option<RejectionReason>) {
     }
 }
 
-/// Applies inventory's verdict to a `PENDING` order. A verdict for an order that already
-/// left `PENDING` changes nothing — except that stock reserved for a cancelled order is
-/// asked back with another `order.cancelled` (inventory releases at most once).
-pub async fn apply_verdict(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-    verdict: Verdict,
-    trace: &TraceContext,
-) -> sqlx::Result<Option<Transition>> {
-    let (to, reason) = target(verdict);
-    if let Some(row) = db::orders::settle_pending(conn, order_id, to, reason).await? {
-        return Ok(Some(Transition::from_row(&row, OrderStatus::Pending, to)));
-    }
-    let current = db::orders::find(conn, order_id).await?;
-    match current {
-        Some(row)
-            if verdict == Verdict::Reserved && row.status == OrderStatus::Cancelled.as_str() =>
-        {
-            tracing::info!(%order_id, "stock reserved for a cancelled order; asking for its release");
-            request_release(conn, order_id, trace).await?;
-        }
-        Some(row) => tracing::debug!(%order_id, status = row.status, "late verdict ignored"),
-        None => tracing::warn!(%order_id, "verdict for an unknown order ignored"),
-    }
-    Ok(None)
-}
-
 /// What a cancel request found and did.
 #[derive(Debug)]
 pub enum Cancelled {
@@ -115,10 +87,7 @@ pub async fn cancel(
     if owner.is_some_and(|owner| owner.0 != row.user_id) {
         return Ok(Cancelled::NotFound);
     }
-    // Strict: a status the CHECK constraint should never have admitted fails loudly.
-    let from = OrderStatus::parse(&row.status).ok_or_else(|| {
-        sqlx::Error::Decode(format!("unknown order status {:?}", row.status).into())
-    })?;
+    let from = row.status;
     if from == OrderStatus::Cancelled {
         return Ok(Cancelled::Already(row));
     }
@@ -131,14 +100,13 @@ pub async fn cancel(
     Ok(Cancelled::Now(row, transition))
 }
 
-/// Writes an `order.cancelled` (a new event each time) to the outbox in the caller's
-/// transaction: inventory gives back what it deducted for the order at most once, however
-/// many copies arrive.
+/// Writes an `order.cancelled` ([`batch::release_request`]) to the outbox in the caller's
+/// transaction.
 pub(crate) async fn request_release(
     conn: &mut PgConnection,
     order_id: OrderId,
     trace: &TraceContext,
 ) -> sqlx::Result<()> {
-    let event = Envelope::new(OrderEvent::Cancelled(OrderCancelled { order_id }));
-    platform::outbox::enqueue(conn, keys::ORDERS_EXCHANGE, &event, trace).await
+    let row = batch::release_request(order_id, trace)?;
+    platform::batch_writes::enqueue_all(conn, vec![row]).await
 }

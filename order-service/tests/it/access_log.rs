@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use platform::captured_log::CapturedLog;
-use platform::testing::{self, TestDatabase};
 use serde_json::Value;
+use testkit::TestDatabase;
+use testkit::captured_log::CapturedLog;
 
 use crate::helpers::eventually;
 
@@ -23,12 +23,12 @@ async fn access_line(log: &CapturedLog, request_id: &str) -> Value {
 #[tokio::test]
 async fn every_request_gets_one_json_access_line_with_its_route_status_latency_and_request_id() {
     let db = TestDatabase::create("orders_access_log", &order_service::MIGRATOR).await;
-    let port = testing::free_port();
-    let mut command = testing::service_command(
+    let port = testkit::free_port();
+    let mut command = testkit::service_command(
         env!("CARGO_BIN_EXE_order-service"),
         &db.url,
         "amqp://guest:guest@127.0.0.1:1/%2f",
-        &testing::redis_prefix(),
+        &testkit::redis_prefix(),
     );
     command
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))

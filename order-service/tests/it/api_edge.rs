@@ -1,4 +1,4 @@
-//! SPEC §3 common rules: request ids, problem+json for 404/405, health, readiness, metrics,
+//! docs/contract.md §3 common rules: request ids, problem+json for 404/405, health, readiness, metrics,
 //! and the OpenAPI document with Swagger UI.
 
 use serde_json::Value;

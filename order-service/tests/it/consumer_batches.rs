@@ -9,8 +9,8 @@ use std::time::Duration;
 use platform::amqp::Broker;
 use platform::consumer::{ConsumeError, ConsumerSettings, Handled, Handler, Message, Outcome};
 use platform::linger::Linger;
-use platform::testing::{AmqpProbe, TestDatabase, TestVhost, eventually};
 use shared::keys;
+use testkit::{AmqpProbe, TestDatabase, TestVhost, eventually};
 use tokio_util::sync::CancellationToken;
 
 const PREFETCH: u16 = 8;
@@ -28,9 +28,15 @@ struct Recording {
 }
 
 impl Handler for Recording {
-    async fn handle_batch(&self, messages: &[Message]) -> Vec<Outcome> {
+    type Work = Message;
+
+    fn parse(&self, message: &Message) -> Result<Message, ConsumeError> {
+        Ok(message.clone())
+    }
+
+    async fn apply_batch(&self, messages: &[Message]) -> Result<Vec<Outcome>, ConsumeError> {
         self.batches.lock().expect("batches").push(messages.len());
-        messages
+        Ok(messages
             .iter()
             .map(|m| {
                 if m.body == b"busy" {
@@ -43,7 +49,7 @@ impl Handler for Recording {
                 self.applied.lock().expect("applied").push(m.body.clone());
                 Ok(Handled::Applied)
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -77,7 +83,7 @@ fn start(
 
 #[tokio::test]
 async fn batches_are_bounded_by_the_prefetch_and_contention_spends_no_delivery() {
-    platform::testing::init_logs();
+    testkit::init_logs();
     let db = TestDatabase::create("consumer_batches", &order_service::MIGRATOR).await;
     let vhost = TestVhost::create();
     let probe = AmqpProbe::connect(&vhost.url).await;
@@ -134,7 +140,7 @@ async fn batches_are_bounded_by_the_prefetch_and_contention_spends_no_delivery()
 
 #[tokio::test]
 async fn a_busy_consumer_waits_for_its_batch_to_fill() {
-    platform::testing::init_logs();
+    testkit::init_logs();
     let db = TestDatabase::create("consumer_linger", &order_service::MIGRATOR).await;
     let vhost = TestVhost::create();
     let probe = AmqpProbe::connect(&vhost.url).await;

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use platform::amqp::Broker;
-use platform::consumer::{ConsumerSettings, Handled, Handler, Message, Outcome};
-use platform::testing::{AmqpProbe, TestDatabase, TestVhost, eventually};
+use platform::consumer::{ConsumeError, ConsumerSettings, Handled, Handler, Message, Outcome};
 use shared::keys;
+use testkit::{AmqpProbe, TestDatabase, TestVhost, eventually};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Default)]
@@ -19,21 +19,27 @@ struct PanicsOnBoom {
 }
 
 impl Handler for PanicsOnBoom {
-    async fn handle_batch(&self, messages: &[Message]) -> Vec<Outcome> {
+    type Work = Vec<u8>;
+
+    fn parse(&self, message: &Message) -> Result<Vec<u8>, ConsumeError> {
+        Ok(message.body.clone())
+    }
+
+    async fn apply_batch(&self, bodies: &[Vec<u8>]) -> Result<Vec<Outcome>, ConsumeError> {
         // Like a real batch handler, a bug on one message takes the whole batch down.
-        if messages.iter().any(|m| m.body == b"boom") {
+        if bodies.iter().any(|body| body == b"boom") {
             self.panics.fetch_add(1, Ordering::SeqCst);
             panic!("a handler bug");
         }
         self.handled
-            .fetch_add(messages.len() as u32, Ordering::SeqCst);
-        messages.iter().map(|_| Ok(Handled::Applied)).collect()
+            .fetch_add(bodies.len() as u32, Ordering::SeqCst);
+        Ok(bodies.iter().map(|_| Ok(Handled::Applied)).collect())
     }
 }
 
 #[tokio::test]
 async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
-    platform::testing::init_logs();
+    testkit::init_logs();
     let db = TestDatabase::create("consumer_panics", &order_service::MIGRATOR).await;
     let vhost = TestVhost::create();
     let probe = AmqpProbe::connect(&vhost.url).await;

@@ -7,8 +7,8 @@ use axum::body::Body;
 use axum::http::Request;
 use order_service::config::Config;
 use platform::http::RateLimit;
-use platform::testing::{self, TestDatabase};
 use sqlx::postgres::PgPoolOptions;
+use testkit::TestDatabase;
 use tower::ServiceExt;
 
 use crate::helpers::{TestApp, assert_problem, random_uuid};
@@ -20,9 +20,9 @@ async fn every_401_carries_a_bearer_challenge_and_the_scheme_is_case_insensitive
     let app = TestApp::spawn().await;
     for (method, path) in [("GET", "/admin/outbox"), ("POST", "/admin/outbox/1/retry")] {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        for credential in testing::REFUSED_CREDENTIALS {
+        for credential in testkit::REFUSED_CREDENTIALS {
             let request = app.client.request(method.clone(), app.url(path));
-            let (response, challenge) = testing::send_with_credential(request, credential).await;
+            let (response, challenge) = testkit::send_with_credential(request, credential).await;
             assert!(
                 challenge.starts_with("Bearer"),
                 "{method} {path} with {credential:?}: {challenge:?}"
@@ -44,13 +44,13 @@ async fn every_401_carries_a_bearer_challenge_and_the_scheme_is_case_insensitive
 
 #[tokio::test]
 async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
-    testing::init_logs();
+    testkit::init_logs();
     let database = TestDatabase::create("orders", &order_service::MIGRATOR).await;
     let mut config = Config::from_env().expect("the default configuration");
     config.database_urls = vec![database.url.clone()];
     config.database_max_connections = 1;
-    config.redis_url = testing::redis_url();
-    config.redis_key_prefix = testing::redis_prefix();
+    config.redis_url = testkit::redis_url();
+    config.redis_key_prefix = testkit::redis_prefix();
     config.amqp_urls = vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()];
     config.admin_token = Some(ADMIN_TOKEN.into());
     let mut state = order_service::build_state(config).await.expect("state");

@@ -2,14 +2,14 @@
 //! ids together, each verdict judged as if alone and in arrival order; a batch of one takes
 //! the same path.
 
-use order_service::settle::{self, Effect, Incoming, Verdict};
+use order_service::settle::{self, Effect, Incoming, MessageKey, Verdict};
 use platform::consumer::Handled;
 use platform::http::TraceContext;
-use platform::testing::TestDatabase;
 use shared::events::RejectionReason;
 use shared::ids::OrderId;
 use shared::keys;
 use sqlx::PgPool;
+use testkit::TestDatabase;
 use uuid::Uuid;
 
 async fn pending_order(pool: &PgPool) -> OrderId {
@@ -47,11 +47,17 @@ fn verdict(order_id: OrderId, verdict: Verdict) -> Incoming {
         Verdict::Rejected(_) => keys::INVENTORY_REJECTED,
     };
     Incoming {
-        message_id: Uuid::new_v4(),
-        kind: kind.to_owned(),
+        message: Some(MessageKey {
+            id: Uuid::new_v4(),
+            kind: kind.to_owned(),
+        }),
         effect: Effect::Verdict(order_id, verdict),
         trace: TraceContext::new_root(),
     }
+}
+
+fn message_id(incoming: &Incoming) -> Uuid {
+    incoming.message.as_ref().expect("a message").id
 }
 
 async fn settle_committed(pool: &PgPool, incoming: &[Incoming]) -> Vec<Handled> {
@@ -76,7 +82,7 @@ async fn a_first_verdict_settles_the_order_and_records_the_message_together() {
         [Handled::Applied]
     );
     assert_eq!(status(&db.pool, order_id).await, "REJECTED");
-    assert!(recorded(&db.pool, first.message_id).await);
+    assert!(recorded(&db.pool, message_id(&first)).await);
 
     // The order left PENDING: a late verdict is recorded and changes nothing.
     let late = verdict(order_id, Verdict::Reserved);
@@ -92,7 +98,7 @@ async fn a_message_seen_before_never_settles_an_order() {
     sqlx::query(
         "INSERT INTO processed_messages (message_id, kind) VALUES ($1, 'inventory.reserved')",
     )
-    .bind(seen.message_id)
+    .bind(message_id(&seen))
     .execute(&db.pool)
     .await
     .expect("a recorded message");

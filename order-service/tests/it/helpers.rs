@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use order_service::config::Config;
-use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost};
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
+use testkit::{AmqpProbe, TestDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -26,7 +26,7 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         http_addr: "127.0.0.1:0".parse().expect("address"),
         database_urls: vec![db.url.clone()],
         database_max_connections: 10,
-        redis_url: testing::redis_url(),
+        redis_url: testkit::redis_url(),
         redis_sentinels: None,
         redis_key_prefix: redis_prefix.to_owned(),
         redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
@@ -74,9 +74,9 @@ impl TestApp {
     }
 
     pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> Self {
-        testing::init_logs();
+        testkit::init_logs();
         let db = TestDatabase::create("orders", &order_service::MIGRATOR).await;
-        let redis_prefix = testing::redis_prefix();
+        let redis_prefix = testkit::redis_prefix();
         let mut config = config_for(&db, &redis_prefix);
         configure(&mut config);
         let listener = tokio::net::TcpListener::bind(config.http_addr)
@@ -185,7 +185,7 @@ impl TestApp {
 
     /// Deletes every Redis key of this app, as a Redis restart (which keeps nothing) would.
     pub async fn forget_redis(&self) {
-        let client = redis::Client::open(testing::redis_url()).expect("redis url");
+        let client = redis::Client::open(testkit::redis_url()).expect("redis url");
         let mut conn = client
             .get_multiplexed_async_connection()
             .await
@@ -206,7 +206,7 @@ impl TestApp {
 
     /// Overwrites a token's Redis state (keeping its TTL), to stage what a crash leaves.
     pub async fn set_token_state(&self, token: &str, state: &str) {
-        let client = redis::Client::open(testing::redis_url()).expect("redis url");
+        let client = redis::Client::open(testkit::redis_url()).expect("redis url");
         let mut conn = client
             .get_multiplexed_async_connection()
             .await
@@ -222,7 +222,7 @@ impl TestApp {
     }
 
     pub async fn redis_key_exists(&self, token: &str) -> bool {
-        let client = redis::Client::open(testing::redis_url()).expect("redis url");
+        let client = redis::Client::open(testkit::redis_url()).expect("redis url");
         let mut conn = client
             .get_multiplexed_async_connection()
             .await
@@ -266,7 +266,7 @@ pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Valu
     body
 }
 
-pub use platform::testing::eventually;
+pub use testkit::eventually;
 
 pub fn random_uuid() -> String {
     Uuid::new_v4().to_string()

@@ -1,4 +1,4 @@
-//! SPEC §4.1: one order per token, whatever the client or Redis does.
+//! docs/contract.md §4.1: one order per token, whatever the client or Redis does.
 
 use std::time::Duration;
 

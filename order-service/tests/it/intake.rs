@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::process::Child;
 use std::time::Duration;
 
-use platform::testing::{self, TestDatabase};
 use reqwest::Response;
 use serde_json::{Value, json};
 use sqlx::{PgConnection, Postgres, Transaction};
+use testkit::TestDatabase;
 use uuid::Uuid;
 
 use crate::helpers::{assert_problem, eventually, order_body};
@@ -24,7 +24,7 @@ pub struct Binary {
 
 impl Binary {
     pub async fn start(db: &TestDatabase, prefix: &str, port: u16, batch_max: usize) -> Self {
-        let child = testing::service_command(
+        let child = testkit::service_command(
             env!("CARGO_BIN_EXE_order-service"),
             &db.url,
             "amqp://guest:guest@127.0.0.1:1/%2f",
@@ -81,7 +81,7 @@ impl Binary {
 
     /// Orders queued for the next batch.
     pub async fn waiting(&self) -> f64 {
-        testing::scrape_metric(&self.base, "order_intake_waiting").await
+        testkit::scrape_metric(&self.base, "order_intake_waiting").await
     }
 
     /// Waits until exactly `n` orders are queued.
@@ -174,7 +174,7 @@ async fn order_id_of(response: Response) -> (Uuid, Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_service_writes_a_batch_of_one_at_once() {
     let db = TestDatabase::create("orders_intake_one", &order_service::MIGRATOR).await;
-    let binary = Binary::start(&db, &testing::redis_prefix(), testing::free_port(), 4).await;
+    let binary = Binary::start(&db, &testkit::redis_prefix(), testkit::free_port(), 4).await;
     let token = binary.issue_token().await;
     let (order_id, _) = order_id_of(
         binary
@@ -184,8 +184,8 @@ async fn an_idle_service_writes_a_batch_of_one_at_once() {
     )
     .await;
     assert_eq!(commits_of(&db, &[order_id]).await, vec![1]);
-    let count = testing::scrape_metric(&binary.base, "order_intake_batch_size_count").await;
-    let sum = testing::scrape_metric(&binary.base, "order_intake_batch_size_sum").await;
+    let count = testkit::scrape_metric(&binary.base, "order_intake_batch_size_count").await;
+    let sum = testkit::scrape_metric(&binary.base, "order_intake_batch_size_sum").await;
     assert_eq!((count, sum), (1.0, 1.0), "one commit, of one order");
 }
 
@@ -193,7 +193,7 @@ async fn an_idle_service_writes_a_batch_of_one_at_once() {
 async fn three_times_the_cap_of_queued_requests_go_in_three_full_batches_each_answered_its_own() {
     const CAP: usize = 4;
     let db = TestDatabase::create("orders_intake_cap", &order_service::MIGRATOR).await;
-    let binary = Binary::start(&db, &testing::redis_prefix(), testing::free_port(), CAP).await;
+    let binary = Binary::start(&db, &testkit::redis_prefix(), testkit::free_port(), CAP).await;
     let mut tokens = Vec::new();
     for _ in 0..3 * CAP {
         tokens.push(binary.issue_token().await);
@@ -247,8 +247,8 @@ async fn three_times_the_cap_of_queued_requests_go_in_three_full_batches_each_an
 #[tokio::test(flavor = "multi_thread")]
 async fn token_conflicts_inside_one_batch_are_settled_each_alone() {
     let db = TestDatabase::create("orders_intake_conflict", &order_service::MIGRATOR).await;
-    let prefix = testing::redis_prefix();
-    let binary = Binary::start(&db, &prefix, testing::free_port(), 64).await;
+    let prefix = testkit::redis_prefix();
+    let binary = Binary::start(&db, &prefix, testkit::free_port(), 64).await;
     let shared = binary.issue_token().await;
     let used = binary.issue_token().await;
     let fresh = binary.issue_token().await;
@@ -321,7 +321,7 @@ async fn token_conflicts_inside_one_batch_are_settled_each_alone() {
 
 /// Deletes `token`'s key, as a Redis restart would.
 pub async fn forget(prefix: &str, token: &str) {
-    let client = redis::Client::open(testing::redis_url()).expect("redis url");
+    let client = redis::Client::open(testkit::redis_url()).expect("redis url");
     let mut conn = client
         .get_multiplexed_async_connection()
         .await

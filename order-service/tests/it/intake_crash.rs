@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use platform::testing::{self, TestDatabase};
 use serde_json::Value;
+use testkit::TestDatabase;
 use uuid::Uuid;
 
 use crate::helpers::{eventually, order_body};
@@ -19,8 +19,8 @@ const ORDERS: usize = 300;
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_9_mid_batch_loses_no_answered_order_doubles_none_and_leaves_tokens_retryable() {
     let db = TestDatabase::create("orders_intake_kill", &order_service::MIGRATOR).await;
-    let prefix = testing::redis_prefix();
-    let port = testing::free_port();
+    let prefix = testkit::redis_prefix();
+    let port = testkit::free_port();
     let mut binary = Binary::start(&db, &prefix, port, 8).await;
     let mut tokens = Vec::new();
     for _ in 0..ORDERS {

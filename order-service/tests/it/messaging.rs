@@ -1,4 +1,4 @@
-//! SPEC §4.2 from order-service's side, against a real RabbitMQ vhost per test: the relay,
+//! docs/contract.md §4.2 from order-service's side, against a real RabbitMQ vhost per test: the relay,
 //! the consumer of inventory's events, cancel, dead letters and the admin outbox.
 
 use std::collections::HashSet;
@@ -22,7 +22,7 @@ fn envelope(event_type: &str, payload: Value) -> (String, Vec<u8>) {
 }
 
 /// Publishes an inventory event as inventory-service would (its type is its routing key).
-async fn send(probe: &platform::testing::AmqpProbe, event_type: &str, payload: Value) {
+async fn send(probe: &testkit::AmqpProbe, event_type: &str, payload: Value) {
     let (event_id, body) = envelope(event_type, payload);
     probe
         .publish(keys::INVENTORY_EXCHANGE, event_type, &body, Some(&event_id))

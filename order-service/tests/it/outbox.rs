@@ -1,4 +1,4 @@
-//! SPEC §4.2: the order and its `order.created` outbox row commit together, complete.
+//! docs/contract.md §4.2: the order and its `order.created` outbox row commit together, complete.
 
 use serde_json::Value;
 use uuid::Uuid;

@@ -5,10 +5,10 @@ use std::collections::HashSet;
 use std::process::Child;
 use std::time::Duration;
 
-use platform::testing::{self, AmqpProbe, TestDatabase, TestVhost};
 use serde_json::Value;
 use shared::keys;
 use sqlx::Connection;
+use testkit::{AmqpProbe, TestDatabase, TestVhost};
 
 use crate::helpers::eventually;
 
@@ -17,12 +17,12 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
     let db = TestDatabase::create("orders_bin", &order_service::MIGRATOR).await;
     // A database name nobody created yet: the service must create it itself.
     let fresh = format!("{}_fresh", db.name);
-    let port = testing::free_port();
-    let mut child = testing::service_command(
+    let port = testkit::free_port();
+    let mut child = testkit::service_command(
         env!("CARGO_BIN_EXE_order-service"),
-        &format!("{}/{fresh}", testing::database_server()),
+        &format!("{}/{fresh}", testkit::database_server()),
         "amqp://guest:guest@127.0.0.1:1/%2f",
-        &testing::redis_prefix(),
+        &testkit::redis_prefix(),
     )
     .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
     .env("RUST_LOG", "warn")
@@ -42,7 +42,7 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
         .expect("token");
     assert_eq!(token.status(), 201);
 
-    testing::signal(&child, "TERM");
+    testkit::signal(&child, "TERM");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     let exit = loop {
         if let Some(exit) = child.try_wait().expect("wait") {
@@ -57,7 +57,7 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
     assert!(exit.success(), "exit status {exit:?}");
 
     let mut admin =
-        sqlx::PgConnection::connect(&format!("{}/postgres", testing::database_server()))
+        sqlx::PgConnection::connect(&format!("{}/postgres", testkit::database_server()))
             .await
             .expect("connect");
     let sql = format!("DROP DATABASE IF EXISTS \"{fresh}\" WITH (FORCE)");
@@ -68,7 +68,7 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
 }
 
 fn start(port: u16, db: &TestDatabase, vhost: &TestVhost, prefix: &str) -> Child {
-    testing::service_command(
+    testkit::service_command(
         env!("CARGO_BIN_EXE_order-service"),
         &db.url,
         &vhost.url,
@@ -83,8 +83,8 @@ fn start(port: u16, db: &TestDatabase, vhost: &TestVhost, prefix: &str) -> Child
 async fn orders_committed_before_a_kill_9_are_all_published_after_the_restart() {
     let db = TestDatabase::create("orders_kill", &order_service::MIGRATOR).await;
     let vhost = TestVhost::create();
-    let prefix = testing::redis_prefix();
-    let port = testing::free_port();
+    let prefix = testkit::redis_prefix();
+    let port = testkit::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let mut first = start(port, &db, &vhost, &prefix);

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use order_service::messaging::inventory_events::InventoryEvents;
 use order_service::messaging::reconcile::{ReconcileSettings, reconcile_once};
-use platform::consumer::{Handled, Handler, Message};
+use platform::consumer::{Handled, Message};
 use platform::http::TraceContext;
 use platform::outbox::OutboxSignal;
 use serde_json::{Value, json};
@@ -305,12 +305,18 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
         previous_deliveries: 0,
     };
     assert_eq!(
-        handler.handle(delivery()).await.expect("handled"),
+        platform::consumer::handle(&handler, &[delivery()])
+            .await
+            .remove(0)
+            .expect("handled"),
         Handled::Applied
     );
     assert!(release_recorded(&app, &order).await);
     assert_eq!(
-        handler.handle(delivery()).await.expect("handled"),
+        platform::consumer::handle(&handler, &[delivery()])
+            .await
+            .remove(0)
+            .expect("handled"),
         Handled::Duplicate
     );
 

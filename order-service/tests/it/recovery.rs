@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use platform::testing::{self, ChaosProxy, TestVhost};
 use shared::keys;
+use testkit::{ChaosProxy, TestVhost};
 
 use crate::helpers::{TestApp, eventually, order_body};
 
@@ -16,7 +16,7 @@ async fn events_written_while_the_broker_is_unreachable_are_published_when_it_re
     let proxy = ChaosProxy::start("127.0.0.1:5672").await;
     let via_proxy = format!("amqp://guest:guest@{}/{}", proxy.addr, vhost.name);
     let app = TestApp::spawn_with(|c| c.amqp_urls = vec![via_proxy]).await;
-    let probe = platform::testing::AmqpProbe::connect(&vhost.url).await;
+    let probe = testkit::AmqpProbe::connect(&vhost.url).await;
 
     app.create_order(&order_body(1, 1001, 1)).await;
     assert_eq!(
@@ -66,7 +66,7 @@ async fn the_broker_nodes_are_walked_past_a_dead_one_and_past_one_that_is_lost()
         node(&second),
     ];
     let app = TestApp::spawn_with(|c| c.amqp_urls = nodes).await;
-    let probe = platform::testing::AmqpProbe::connect(&vhost.url).await;
+    let probe = testkit::AmqpProbe::connect(&vhost.url).await;
 
     let before = app.create_order(&order_body(1, 1001, 1)).await;
     let published = probe
@@ -89,7 +89,7 @@ async fn the_broker_nodes_are_walked_past_a_dead_one_and_past_one_that_is_lost()
 async fn redis_and_postgres_outages_heal_without_a_restart() {
     let redis = ChaosProxy::start("127.0.0.1:6379").await;
     let postgres = ChaosProxy::start("127.0.0.1:5432").await;
-    let db = testing::TestDatabase::create("orders_recovery", &order_service::MIGRATOR).await;
+    let db = testkit::TestDatabase::create("orders_recovery", &order_service::MIGRATOR).await;
     let redis_url = format!("redis://{}/0", redis.addr);
     let database_url = format!("postgres://postgres@{}/{}", postgres.addr, db.name);
     let app = TestApp::spawn_with(|c| {

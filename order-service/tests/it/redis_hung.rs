@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use platform::private_redis::PrivateRedis;
+use testkit::redis::PrivateRedis;
 
 use crate::helpers::{TestApp, assert_problem, eventually, order_body};
 

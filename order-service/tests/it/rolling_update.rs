@@ -4,20 +4,20 @@
 
 use std::time::Duration;
 
-use platform::testing::{self, KilledOnDrop, TestDatabase, TestVhost, eventually};
+use testkit::{KilledOnDrop, TestDatabase, TestVhost, eventually};
 
 #[tokio::test]
 async fn after_sigterm_readyz_is_503_while_orders_are_still_taken_and_a_second_signal_ends_the_drain()
  {
     let db = TestDatabase::create("orders_drain", &order_service::MIGRATOR).await;
     let vhost = TestVhost::create();
-    let port = testing::free_port();
+    let port = testkit::free_port();
     let mut child = KilledOnDrop(
-        testing::service_command(
+        testkit::service_command(
             env!("CARGO_BIN_EXE_order-service"),
             &db.url,
             &vhost.url,
-            &testing::redis_prefix(),
+            &testkit::redis_prefix(),
         )
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         // Far longer than the test: only the second signal can end it in time.
@@ -37,7 +37,7 @@ async fn after_sigterm_readyz_is_503_while_orders_are_still_taken_and_a_second_s
     })
     .await;
 
-    testing::signal(&child, "TERM");
+    testkit::signal(&child, "TERM");
     let problem = eventually(Duration::from_secs(10), || async {
         let (status, body) = readyz().await?;
         (status == 503).then_some(body)
@@ -53,15 +53,15 @@ async fn after_sigterm_readyz_is_503_while_orders_are_still_taken_and_a_second_s
     assert_eq!(token.status(), 201, "still serving while draining");
     assert!(child.try_wait().expect("wait").is_none(), "still running");
 
-    testing::signal(&child, "TERM");
-    let exit = testing::exit_status(&mut child, Duration::from_secs(30)).await;
+    testkit::signal(&child, "TERM");
+    let exit = testkit::exit_status(&mut child, Duration::from_secs(30)).await;
     assert!(exit.success(), "exit status {exit:?}");
 }
 
 #[tokio::test]
 async fn an_instance_of_the_previous_release_starts_on_a_schema_the_next_one_migrated() {
     let db = TestDatabase::create("orders_rolling", &order_service::MIGRATOR).await;
-    testing::record_a_newer_migration(&db.pool).await;
+    testkit::record_a_newer_migration(&db.pool).await;
     platform::db::connect_and_migrate(
         std::slice::from_ref(&db.url),
         &platform::db::PoolSettings::default(),

@@ -1,7 +1,7 @@
 //! Settings: each one is range-checked at start, and the pool's sessions carry the server-side
-//! safeguards the README promises.
+//! safeguards docs/configuration.md promises.
 
-use platform::testing::{self, TestDatabase};
+use testkit::TestDatabase;
 
 use crate::helpers::config_for;
 
@@ -54,7 +54,7 @@ const REFUSED: &[(&str, &str)] = &[
 #[tokio::test(flavor = "multi_thread")]
 async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
     let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
-    testing::assert_each_setting_refused(env!("CARGO_BIN_EXE_order-service"), &db.url, REFUSED)
+    testkit::assert_each_setting_refused(env!("CARGO_BIN_EXE_order-service"), &db.url, REFUSED)
         .await;
 }
 
@@ -85,16 +85,16 @@ async fn amqp_url_and_amqp_urls_together_stop_the_start_naming_both() {
 /// start, and returns what it wrote to stderr.
 async fn refused_start_with(env: &[(&str, &str)]) -> String {
     let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
-    let mut command = testing::service_command(
+    let mut command = testkit::service_command(
         env!("CARGO_BIN_EXE_order-service"),
         &db.url,
         "amqp://guest:guest@127.0.0.1:1/%2f",
-        &testing::redis_prefix(),
+        &testkit::redis_prefix(),
     );
     command
-        .env("HTTP_ADDR", format!("127.0.0.1:{}", testing::free_port()))
+        .env("HTTP_ADDR", format!("127.0.0.1:{}", testkit::free_port()))
         .envs(env.iter().copied());
-    tokio::task::spawn_blocking(move || testing::expect_refused_start(command))
+    tokio::task::spawn_blocking(move || testkit::expect_refused_start(command))
         .await
         .expect("the check runs")
 }
@@ -102,7 +102,7 @@ async fn refused_start_with(env: &[(&str, &str)]) -> String {
 #[tokio::test]
 async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
     let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
-    let state = order_service::build_state(config_for(&db, &testing::redis_prefix()))
+    let state = order_service::build_state(config_for(&db, &testkit::redis_prefix()))
         .await
         .expect("state");
     let mut conn = state.db.acquire().await.expect("a pooled connection");

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use platform::testing::{TestDatabase, eventually};
 use sqlx::PgPool;
+use testkit::{TestDatabase, eventually};
 use tokio_util::sync::CancellationToken;
 
 async fn manual_vacuums(pool: &PgPool, table: &str) -> i64 {

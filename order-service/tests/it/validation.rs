@@ -1,4 +1,4 @@
-//! SPEC §3: bad input gets a clear 4xx problem+json and changes nothing.
+//! docs/contract.md §3: bad input gets a clear 4xx problem+json and changes nothing.
 
 use serde_json::json;
 
@@ -70,7 +70,7 @@ async fn a_body_over_64_kib_is_refused_with_413() {
     assert_eq!(app.count("orders").await, 0);
 }
 
-/// SPEC §3: a control character (U+0000–U+001F, U+007F) in any string — body, key, query or
+/// docs/contract.md §3: a control character (U+0000–U+001F, U+007F) in any string — body, key, query or
 /// header — is a 422, and neither uses up the token nor writes anything.
 #[tokio::test]
 async fn control_characters_in_any_string_are_422_and_change_nothing() {

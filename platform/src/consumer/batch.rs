@@ -50,50 +50,106 @@ impl Received {
     }
 }
 
-/// One outcome per delivery of `batch`, in its order.
+/// One outcome per delivery of `batch`, in its order, each handled in its own span.
+pub(super) async fn handle_received<H: Handler>(handler: &H, batch: &[Received]) -> Vec<Outcome> {
+    let messages: Vec<&Message> = batch.iter().map(|r| &r.message).collect();
+    let spans: Vec<Span> = batch.iter().map(|r| r.span.clone()).collect();
+    decide(handler, &messages, &spans).await
+}
+
+/// One outcome per message of `messages`, in its order: the consumer's one policy.
 ///
-/// A handler that panics on a batch of several gets each of its messages again alone, so the
-/// message that makes it panic fails (is retried, then dead-lettered at the delivery limit)
-/// and the others do not.
-pub(super) async fn handle<H: Handler>(handler: &H, batch: &[Received]) -> Vec<Outcome> {
-    let messages: Vec<Message> = batch.iter().map(|r| r.message.clone()).collect();
-    let span = tracing::info_span!("batch", size = messages.len());
+/// Each message is parsed; what parses is applied as one batch. A batch that fails as a
+/// whole for any reason but contention (an error, a panic, a wrong number of outcomes) is
+/// applied again one message at a time, so each message gets its own verdict and a
+/// batch-level error never dead-letters a message that was not itself judged poison.
+/// Contention is the whole batch's: it is kept and tried again with the next batch.
+pub async fn handle<H: Handler>(handler: &H, messages: &[Message]) -> Vec<Outcome> {
+    let messages: Vec<&Message> = messages.iter().collect();
+    let spans = vec![Span::current(); messages.len()];
+    decide(handler, &messages, &spans).await
+}
+
+async fn decide<H: Handler>(handler: &H, messages: &[&Message], spans: &[Span]) -> Vec<Outcome> {
+    let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(messages.len());
+    let mut works = Vec::new();
+    let mut positions = Vec::new();
+    for (position, message) in messages.iter().enumerate() {
+        match spans[position].in_scope(|| handler.parse(message)) {
+            Ok(work) => {
+                works.push(work);
+                positions.push(position);
+                outcomes.push(None);
+            }
+            Err(verdict) => outcomes.push(Some(Err(verdict))),
+        }
+    }
+    let span = tracing::info_span!("batch", size = works.len());
+    let applied = match apply(handler, &works, span).await {
+        Ok(each) => each,
+        Err(ConsumeError::Contention(reason)) => works
+            .iter()
+            .map(|_| Err(ConsumeError::Contention(reason.clone())))
+            .collect(),
+        Err(error) if works.len() == 1 => vec![Err(error)],
+        Err(error) => {
+            tracing::warn!(
+                error = format!("{error:#}"),
+                size = works.len(),
+                "the batch failed as a whole; applying its messages one by one"
+            );
+            let mut alone = Vec::with_capacity(works.len());
+            for (work, position) in works.iter().zip(&positions) {
+                let one = apply(
+                    handler,
+                    std::slice::from_ref(work),
+                    spans[*position].clone(),
+                );
+                alone.push(match one.await {
+                    Ok(mut one) => one.remove(0),
+                    Err(error) => Err(error),
+                });
+            }
+            alone
+        }
+    };
+    for (position, outcome) in positions.into_iter().zip(applied) {
+        outcomes[position] = Some(outcome);
+    }
+    outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| Err(retry("no outcome"))))
+        .collect()
+}
+
+/// Applies `works` as one batch: exactly one outcome per work, or the batch's error (a panic
+/// and a wrong number of outcomes are errors of the batch).
+async fn apply<H: Handler>(
+    handler: &H,
+    works: &[H::Work],
+    span: Span,
+) -> Result<Vec<Outcome>, ConsumeError> {
+    if works.is_empty() {
+        return Ok(Vec::new());
+    }
     // The handling runs in the span through `instrument`: a span entered with `enter()` and
     // held across an `.await` would stay current on whichever thread polled it last.
-    let handled = AssertUnwindSafe(handler.handle_batch(&messages))
+    let applied = AssertUnwindSafe(handler.apply_batch(works))
         .catch_unwind()
         .instrument(span)
         .await;
-    match handled {
-        Ok(outcomes) if outcomes.len() == messages.len() => outcomes,
-        Ok(outcomes) => {
+    match applied {
+        Ok(Ok(outcomes)) if outcomes.len() == works.len() => Ok(outcomes),
+        Ok(Ok(outcomes)) => {
             tracing::error!(
                 got = outcomes.len(),
-                expected = messages.len(),
-                "the handler returned a wrong number of outcomes; retrying the batch"
+                expected = works.len(),
+                "the handler returned a wrong number of outcomes"
             );
-            messages.iter().map(|_| Err(retry("no outcome"))).collect()
+            Err(retry("the handler returned a wrong number of outcomes"))
         }
-        Err(_) if messages.len() == 1 => vec![Err(retry("the handler panicked"))],
-        Err(_) => {
-            tracing::warn!(
-                size = messages.len(),
-                "the handler panicked on a batch; handling its messages one by one"
-            );
-            let mut outcomes = Vec::with_capacity(messages.len());
-            for (received, message) in batch.iter().zip(messages) {
-                let alone = AssertUnwindSafe(handler.handle_batch(std::slice::from_ref(&message)))
-                    .catch_unwind()
-                    .instrument(received.span.clone())
-                    .await;
-                outcomes.push(match alone {
-                    Ok(mut one) if one.len() == 1 => one.remove(0),
-                    Ok(_) => Err(retry("no outcome")),
-                    Err(_) => Err(retry("the handler panicked")),
-                });
-            }
-            outcomes
-        }
+        Ok(Err(error)) => Err(error.normalized()),
+        Err(_) => Err(retry("the handler panicked")),
     }
 }
 
@@ -126,5 +182,109 @@ fn header_i64(headers: &FieldTable, key: &str) -> Option<i64> {
         AMQPValue::ShortInt(n) => Some(i64::from(*n)),
         AMQPValue::ShortUInt(n) => Some(i64::from(*n)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::consumer::Handled;
+
+    /// Fails a batch as a whole the way a real handler's transaction does: one bad message
+    /// takes every message of its batch down with it.
+    #[derive(Clone, Default)]
+    struct Strict {
+        batches: Arc<Mutex<Vec<Vec<String>>>>,
+    }
+
+    impl Handler for Strict {
+        type Work = String;
+
+        fn parse(&self, message: &Message) -> Result<String, ConsumeError> {
+            let body = String::from_utf8(message.body.clone()).expect("text");
+            if body == "unreadable" {
+                return Err(ConsumeError::Poison("unreadable".into()));
+            }
+            Ok(body)
+        }
+
+        async fn apply_batch(&self, works: &[String]) -> Result<Vec<Outcome>, ConsumeError> {
+            self.batches.lock().expect("batches").push(works.to_vec());
+            let has = |body: &str| works.iter().any(|w| w == body);
+            if has("busy") {
+                return Err(ConsumeError::Contention("busy".into()));
+            }
+            if has("panics") {
+                panic!("a handler bug");
+            }
+            if has("poison") {
+                // Judged poison, but for the batch: only a batch of one says which message.
+                return Err(ConsumeError::Poison("a poison message in the batch".into()));
+            }
+            if has("fails") {
+                return Err(ConsumeError::Retry(anyhow::anyhow!(
+                    "the transaction failed"
+                )));
+            }
+            Ok(works.iter().map(|_| Ok(Handled::Applied)).collect())
+        }
+    }
+
+    fn messages(bodies: &[&str]) -> Vec<Message> {
+        bodies
+            .iter()
+            .map(|body| Message {
+                routing_key: "test".into(),
+                body: body.as_bytes().to_vec(),
+                trace: TraceContext::new_root(),
+                previous_deliveries: 0,
+            })
+            .collect()
+    }
+
+    fn labels(outcomes: &[Outcome]) -> Vec<&'static str> {
+        outcomes.iter().map(crate::consumer::result_label).collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_level_poison_error_dead_letters_only_the_message_judged_poison_alone() {
+        let handler = Strict::default();
+        let outcomes = handle(&handler, &messages(&["a", "poison", "b"])).await;
+        assert_eq!(labels(&outcomes), ["applied", "dead_lettered", "applied"]);
+        assert_eq!(handler.batches.lock().expect("batches").len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_panicking_batch_is_applied_again_one_message_at_a_time() {
+        for bad in ["fails", "panics"] {
+            let handler = Strict::default();
+            let outcomes = handle(&handler, &messages(&["a", bad, "b"])).await;
+            assert_eq!(
+                labels(&outcomes),
+                ["applied", "retried", "applied"],
+                "{bad}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn contention_keeps_the_whole_batch_without_trying_each_message() {
+        let handler = Strict::default();
+        let outcomes = handle(&handler, &messages(&["a", "busy", "b"])).await;
+        assert_eq!(labels(&outcomes), ["contended"; 3]);
+        assert_eq!(handler.batches.lock().expect("batches").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_message_is_poison_on_its_own_and_the_rest_go_as_one_batch() {
+        let handler = Strict::default();
+        let outcomes = handle(&handler, &messages(&["a", "unreadable", "b"])).await;
+        assert_eq!(labels(&outcomes), ["applied", "dead_lettered", "applied"]);
+        assert_eq!(
+            *handler.batches.lock().expect("batches"),
+            [vec!["a".to_owned(), "b".to_owned()]]
+        );
     }
 }

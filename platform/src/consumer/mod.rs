@@ -15,8 +15,10 @@
 //! - Contention (a busy lock, a lost race) is not failure: the message is kept unacked in
 //!   this process and handled again with the next batch. A nack would count as a delivery on
 //!   a quorum queue and spend the delivery limit of a valid message.
-//! - A handler that panics on a batch is given the batch's messages again one by one, so
-//!   only the message that makes it panic fails.
+//! - A batch that fails as a whole (an error other than contention, a panic, a wrong number
+//!   of outcomes) is applied again one message at a time, so each message gets its own
+//!   verdict: only a message that is itself poison is dead-lettered, only one that itself
+//!   fails spends a delivery ([`handle`]).
 //! - On shutdown it cancels the subscription after the batch in hand, and closes the channel
 //!   so unacked deliveries (kept ones too) return to the queue.
 
@@ -38,7 +40,7 @@ use crate::http::TraceContext;
 use crate::linger::Linger;
 use crate::retry::backoff;
 
-pub use batch::Received;
+pub use batch::{Received, handle};
 
 pub const MESSAGES_CONSUMED_TOTAL: &str = "messages_consumed_total";
 
@@ -115,7 +117,7 @@ impl From<sqlx::Error> for ConsumeError {
 impl ConsumeError {
     /// A failure PostgreSQL reports when another transaction was in the way is contention,
     /// wherever in the error chain it sits: it must not spend a delivery.
-    fn normalized(self) -> Self {
+    pub(crate) fn normalized(self) -> Self {
         match self {
             Self::Retry(error)
                 if error
@@ -142,25 +144,36 @@ pub fn is_database_contention(error: &sqlx::Error) -> bool {
 /// One message's outcome.
 pub type Outcome = Result<Handled, ConsumeError>;
 
-/// A message handler. It must record the message ids and commit before returning
-/// `Ok` for them.
-pub trait Handler: Clone + Send + Sync + 'static {
-    /// Handles `messages`, in arrival order, and returns one outcome per message in the same
-    /// order. Each outcome must be the one handling the messages one at a time in that order
-    /// would give.
-    fn handle_batch(&self, messages: &[Message]) -> impl Future<Output = Vec<Outcome>> + Send;
-
-    /// Handles one message: a batch of one.
-    fn handle(&self, message: Message) -> impl Future<Output = Outcome> + Send {
-        async move {
-            let mut outcomes = self.handle_batch(std::slice::from_ref(&message)).await;
-            outcomes.pop().unwrap_or_else(|| {
-                Err(ConsumeError::Retry(anyhow::anyhow!(
-                    "the handler returned no outcome"
-                )))
-            })
-        }
+/// The `result` label of [`MESSAGES_CONSUMED_TOTAL`] that `outcome` counts under.
+pub fn result_label(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Ok(Handled::Applied) => "applied",
+        Ok(Handled::Duplicate) => "duplicate",
+        Err(ConsumeError::Poison(_)) => "dead_lettered",
+        Err(ConsumeError::Retry(_)) => "retried",
+        Err(ConsumeError::Contention(_)) => "contended",
     }
+}
+
+/// What a service gives the consumer loop: how to read a delivery, and how to apply a batch
+/// of them. The rest (batching, the one-by-one fallback, panics, settling) is the loop's, and
+/// the same for every queue.
+pub trait Handler: Clone + Send + Sync + 'static {
+    /// A delivery the handler understood.
+    type Work: Send + Sync;
+
+    /// Reads one delivery. An error is that message's own verdict (a message that can never
+    /// be handled is [`ConsumeError::Poison`]).
+    fn parse(&self, message: &Message) -> Result<Self::Work, ConsumeError>;
+
+    /// Applies `works`, in arrival order, in one transaction that records their message ids
+    /// and commits before returning. On success, one outcome per work in the same order, each
+    /// the one applying them one at a time in that order would give; an error fails the batch
+    /// as a whole, and the loop then decides each message alone ([`handle`]).
+    fn apply_batch(
+        &self,
+        works: &[Self::Work],
+    ) -> impl Future<Output = Result<Vec<Outcome>, ConsumeError>> + Send;
 }
 
 #[derive(Debug, Clone)]
@@ -284,7 +297,7 @@ async fn consume_channel<H: Handler>(
             continue;
         }
         previous_start = Some(Instant::now());
-        let outcomes = batch::handle(handler, &batch).await;
+        let outcomes = batch::handle_received(handler, &batch).await;
         kept = settle::settle(batch, outcomes, db, shutdown).await;
         contended_rounds = if kept.is_empty() {
             0

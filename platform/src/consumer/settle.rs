@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::Received;
-use super::{ConsumeError, Handled, MESSAGES_CONSUMED_TOTAL, Outcome};
+use super::{ConsumeError, MESSAGES_CONSUMED_TOTAL, Outcome, result_label};
 use crate::retry::backoff;
 
 /// Rejects poison, acks successes, nacks failures after a pause, and gives back the
@@ -24,19 +24,12 @@ pub(super) async fn settle(
     let mut poison = Vec::new();
     for (received, outcome) in batch.into_iter().zip(outcomes) {
         let _span = received.span.clone().entered();
-        match outcome.map_err(ConsumeError::normalized) {
-            Ok(handled) => {
-                let label = match handled {
-                    Handled::Applied => "applied",
-                    Handled::Duplicate => "duplicate",
-                };
-                metrics::counter!(MESSAGES_CONSUMED_TOTAL, "result" => label).increment(1);
-                acks.push(received);
-            }
+        let outcome = outcome.map_err(ConsumeError::normalized);
+        metrics::counter!(MESSAGES_CONSUMED_TOTAL, "result" => result_label(&outcome)).increment(1);
+        match outcome {
+            Ok(_) => acks.push(received),
             Err(ConsumeError::Poison(reason)) => {
                 tracing::error!(reason, "dead-lettering a message that cannot be handled");
-                metrics::counter!(MESSAGES_CONSUMED_TOTAL, "result" => "dead_lettered")
-                    .increment(1);
                 poison.push(received);
             }
             Err(ConsumeError::Retry(error)) => {
@@ -45,12 +38,10 @@ pub(super) async fn settle(
                     previous_deliveries = received.message.previous_deliveries,
                     "handling failed; will retry"
                 );
-                metrics::counter!(MESSAGES_CONSUMED_TOTAL, "result" => "retried").increment(1);
                 retries.push(received);
             }
             Err(ConsumeError::Contention(reason)) => {
                 tracing::debug!(reason, "contended; trying again with the next batch");
-                metrics::counter!(MESSAGES_CONSUMED_TOTAL, "result" => "contended").increment(1);
                 kept.push(received);
             }
         }

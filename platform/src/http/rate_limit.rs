@@ -1,5 +1,5 @@
 //! Per-client rate limits: a token bucket per client address, answering 429 `rate-limited`
-//! with `Retry-After` when a client's bucket is empty (SPEC §2).
+//! with `Retry-After` when a client's bucket is empty (docs/contract.md §2).
 //!
 //! The client is the peer address of the TCP connection (axum's `ConnectInfo`); behind a
 //! proxy every client shares the proxy's bucket, so limit at the proxy there instead. IPv6

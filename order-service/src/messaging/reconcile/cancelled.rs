@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use super::ReconcileSettings;
 use super::inventory::{Answer, Inventory};
 use crate::db;
-use crate::settle;
+use crate::settle::{self, Effect, Incoming};
 
 pub(super) async fn reconcile(
     db: &PgPool,
@@ -26,12 +26,13 @@ pub(super) async fn reconcile(
         settings.batch,
     )
     .await?;
+    let mut released = Vec::new();
     for order in &stale {
         let order_id = OrderId(order.order_id);
         match inventory.reservation(order_id).await? {
             Answer::Known(reservation) if reservation.state.holds_nothing() => {
                 tracing::info!(%order_id, state = ?reservation.state, "inventory holds nothing for the cancelled order");
-                db::orders::record_released(&mut *db.acquire().await?, order_id).await?;
+                released.push(Incoming::learned(Effect::Released(order_id)));
             }
             Answer::Known(_) | Answer::Unknown => send_again(db, order_id).await?,
             Answer::Unreachable => break,
@@ -40,6 +41,10 @@ pub(super) async fn reconcile(
             }
         }
     }
+    // Recorded through the consumer's path, as an `inventory.released` would be.
+    let mut tx = db.begin().await?;
+    settle::settle_all(&mut tx, &released).await?;
+    tx.commit().await?;
     Ok(stale.len())
 }
 

@@ -4,27 +4,7 @@ use anyhow::Context;
 use serde::Deserialize;
 use shared::events::RejectionReason;
 use shared::ids::OrderId;
-
-/// Inventory's record of what it did with an order's stock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub(super) enum ReservationState {
-    /// Stock deducted and still held.
-    Applied,
-    /// Nothing deducted.
-    Rejected,
-    /// Deducted, then given back after the cancellation.
-    Released,
-    /// The cancellation came first: a tombstone, nothing will be deducted.
-    Cancelled,
-}
-
-impl ReservationState {
-    /// Whether inventory holds no stock for the order, for good.
-    pub(super) fn holds_nothing(self) -> bool {
-        self != Self::Applied
-    }
-}
+pub(super) use shared::reservation::ReservationState;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Reservation {

@@ -2,6 +2,7 @@
 //! all means inventory never saw the order, so its `order.created` is published again.
 
 use platform::http::TraceContext;
+use platform::outbox::NewOutboxRow;
 use shared::events::{Envelope, OrderCreated, OrderEvent};
 use shared::ids::{OrderId, UserId};
 use shared::keys;
@@ -11,7 +12,7 @@ use super::ReconcileSettings;
 use super::inventory::{Answer, Inventory, ReservationState};
 use crate::db;
 use crate::db::orders::OrderRow;
-use crate::settle::{self, Verdict};
+use crate::settle::{self, Effect, Incoming, Verdict};
 
 pub(super) async fn reconcile(
     db: &PgPool,
@@ -21,9 +22,10 @@ pub(super) async fn reconcile(
     let stale =
         db::orders::claim_stale_pending(&mut *db.acquire().await?, settings.after, settings.batch)
             .await?;
+    let mut learned = Vec::new();
+    let mut unseen = Vec::new();
     for order in &stale {
         let order_id = OrderId(order.order_id);
-        let trace = TraceContext::new_root();
         match inventory.reservation(order_id).await? {
             Answer::Known(reservation) => {
                 let verdict = match (reservation.state, reservation.rejection_reason) {
@@ -35,14 +37,11 @@ pub(super) async fn reconcile(
                     }
                 };
                 tracing::info!(%order_id, ?verdict, "settled by reconciliation");
-                let mut tx = db.begin().await?;
-                let transition = settle::apply_verdict(&mut tx, order_id, verdict, &trace).await?;
-                tx.commit().await?;
-                transition.into_iter().for_each(settle::Transition::record);
+                learned.push(Incoming::learned(Effect::Verdict(order_id, verdict)));
             }
             Answer::Unknown => {
                 tracing::info!(%order_id, "inventory never saw this order; publishing it again");
-                republish(&mut *db.acquire().await?, order, &trace).await?;
+                unseen.push(republication(order)?);
             }
             Answer::Unreachable => break,
             Answer::Unexpected(status) => {
@@ -50,19 +49,27 @@ pub(super) async fn reconcile(
             }
         }
     }
+    // What was learned goes through the consumer's path, in one transaction.
+    let mut tx = db.begin().await?;
+    let settled = settle::settle_all(&mut tx, &learned).await?;
+    platform::batch_writes::enqueue_all(&mut tx, unseen).await?;
+    tx.commit().await?;
+    settled
+        .transitions
+        .into_iter()
+        .for_each(settle::Transition::record);
     Ok(stale.len())
 }
 
-async fn republish(
-    conn: &mut sqlx::PgConnection,
-    order: &OrderRow,
-    trace: &TraceContext,
-) -> sqlx::Result<()> {
+/// The order's `order.created` again, as a new event (inventory handles an order once,
+/// whichever copy comes first).
+fn republication(order: &OrderRow) -> sqlx::Result<NewOutboxRow> {
     let event = Envelope::new(OrderEvent::Created(OrderCreated {
         order_id: OrderId(order.order_id),
         user_id: UserId(order.user_id),
         items: order.items.0.clone(),
         amount: order.amount,
     }));
-    platform::outbox::enqueue(conn, keys::ORDERS_EXCHANGE, &event, trace).await
+    NewOutboxRow::new(keys::ORDERS_EXCHANGE, &event, &TraceContext::new_root())
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))
 }

@@ -1,4 +1,4 @@
-//! End-user identity (SPEC §3.3): real tokens signed with `jsonwebtoken`, HS256 against
+//! End-user identity (docs/contract.md §3.3): real tokens signed with `jsonwebtoken`, HS256 against
 //! `AUTH_JWT_SECRET` and RS256/ES256 against a JWKS served by a test HTTP server.
 //!
 //! The keys under `keys/` are throwaway test keys, made for these tests and used nowhere else.
@@ -148,7 +148,7 @@ pub fn my_order(product_id: i64, quantity: i64) -> Value {
 /// Asserts a 401 `unauthorized` whose challenge is `Bearer`, with `error="invalid_token"`
 /// exactly when `invalid_token` (RFC 6750 §3.1: none when no credentials were sent).
 pub async fn assert_unauthorized(response: Response, invalid_token: bool, context: &str) {
-    let challenge = platform::testing::challenge_of(&response);
+    let challenge = testkit::challenge_of(&response);
     if invalid_token {
         assert!(
             challenge.starts_with("Bearer error=\"invalid_token\""),

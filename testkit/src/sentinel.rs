@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::private_tls::TestCa;
-use crate::redis_conn::Sentinels;
-use crate::testing::eventually;
+use crate::eventually;
+use crate::tls::TestCa;
+use platform::redis_conn::Sentinels;
 
 /// The name the Sentinels monitor the primary under.
 pub const MASTER: &str = "private";

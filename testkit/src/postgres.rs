@@ -1,15 +1,15 @@
 //! One PostgreSQL server of a test's own, from the machine's newest PostgreSQL binaries: a
 //! data directory in a temporary directory, a free port, listening on 127.0.0.1 only, its
-//! socket in that directory. The private clusters ([`crate::private_tls::PrivatePostgres`],
-//! [`crate::private_standby::PrivateStandby`]) are built from it. Stopped and deleted when
+//! socket in that directory. The private clusters ([`crate::tls::PrivatePostgres`],
+//! [`crate::standby::PrivateStandby`]) are built from it. Stopped and deleted when
 //! dropped.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::private_tls::{TempDir, run};
-use crate::testing::free_port;
+use crate::free_port;
+use crate::tls::{TempDir, run};
 
 /// A data directory with a port of its own; not running until [`PostgresNode::start`].
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::testing::eventually;
+use crate::eventually;
 
 /// Where the package puts its scripts; `/usr/sbin/rabbitmqctl` would switch to the
 /// `rabbitmq` user and so to the machine broker's cookie.

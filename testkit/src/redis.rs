@@ -5,8 +5,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::private_tls::TestCa;
-use crate::testing::{eventually, free_port, signal};
+use crate::tls::TestCa;
+use crate::{eventually, free_port, signal};
 
 /// A running `redis-server --save '' --appendonly no`; thawed and killed when dropped, a
 /// panicking test included.
@@ -53,7 +53,7 @@ impl PrivateRedis {
                 "no".into(),
             ],
         );
-        let trusted = crate::tls::CaBundle::load(ca.ca_file()).expect("the test CA");
+        let trusted = platform::tls::CaBundle::load(ca.ca_file()).expect("the test CA");
         let client = redis::Client::build_with_tls(
             server.url.as_str(),
             redis::TlsCertificates {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::private_postgres::PostgresNode;
+use crate::postgres::PostgresNode;
 
 /// The standby's name: its `application_name` on the primary, which
 /// `synchronous_standby_names` waits for, and its replication slot.

@@ -1,15 +1,12 @@
 //! TLS endpoints of a test's own, to show that the services verify what they connect to: a
 //! throwaway CA with a server certificate for 127.0.0.1 (made by the `openssl` CLI), a
-//! PostgreSQL cluster that takes TLS connections only, and stunnel in front of the machine's
-//! RabbitMQ. The TLS Redis is [`crate::private_redis::PrivateRedis::start_tls`].
+//! PostgreSQL cluster that takes TLS connections only, and a TLS front (rustls) before the
+//! machine's RabbitMQ. The TLS Redis is [`crate::redis::PrivateRedis::start_tls`].
 
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use crate::private_postgres::{PostgresNode, chown_to_postgres};
-use crate::testing::free_port;
+use crate::postgres::{PostgresNode, chown_to_postgres};
 
 /// A directory removed with this guard.
 #[derive(Debug)]
@@ -118,17 +115,6 @@ impl Default for TestCa {
 }
 
 /// Waits until something accepts TCP connections on `port`.
-fn await_port(port: u16, child: &mut Child, what: &str) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited with {status}");
-        }
-        assert!(Instant::now() < until, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A PostgreSQL cluster of a test's own (`initdb` in a temporary directory, a free port)
 /// that accepts TLS connections only (`hostssl` in `pg_hba.conf`), with the certificate of
 /// a [`TestCa`]. Stopped and deleted when dropped.
@@ -167,61 +153,93 @@ impl PrivatePostgres {
     }
 }
 
-/// `stunnel` terminating TLS (with a [`TestCa`]'s certificate) on a free port in front of
-/// `target` (`host:port`): the machine's RabbitMQ becomes an `amqps://` endpoint.
+/// TLS terminated (with a [`TestCa`]'s certificate, by rustls) on a free port in front of
+/// `target` (`host:port`): the machine's RabbitMQ becomes an `amqps://` endpoint, with no TLS
+/// program to install. It runs on a thread and runtime of its own, so it works under any test
+/// runtime; dropping it closes the listener and every connection through it.
 #[derive(Debug)]
-pub struct Stunnel {
+pub struct TlsFront {
     pub port: u16,
-    child: Child,
-    _dir: TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Stunnel {
+impl TlsFront {
     pub fn start(ca: &TestCa, target: &str) -> Self {
-        let dir = TempDir::new("test-stunnel");
-        let port = free_port();
-        let conf = dir.0.join("stunnel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "foreground = yes\npid =\n\n[tls]\naccept = 127.0.0.1:{port}\nconnect = {target}\n\
-                 cert = {}\nkey = {}\n",
-                ca.cert_file().display(),
-                ca.key_file().display()
-            ),
-        )
-        .expect("write stunnel.conf");
-        let mut child = Command::new(stunnel_program())
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("stunnel starts (is stunnel4 installed?)");
-        await_port(port, &mut child, "stunnel");
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+        let certs = CertificateDer::pem_file_iter(ca.cert_file())
+            .expect("the server certificate")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("the server certificate parses");
+        let key = PrivateKeyDer::from_pem_file(ca.key_file()).expect("the server key");
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("the server certificate and key match");
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let port = listener.local_addr().expect("its address").port();
+        let target = target.to_owned();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the TLS front");
+            runtime.block_on(serve(listener, acceptor, target, stopped));
+        });
         Self {
             port,
-            child,
-            _dir: dir,
+            stop: Some(stop),
+            thread: Some(thread),
         }
     }
 }
 
-impl Drop for Stunnel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// Accepts until `stopped`; each connection is decrypted and copied to a new connection to
+/// `target`, both ways.
+async fn serve(
+    listener: std::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    target: String,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((client, _)) = accepted else { continue };
+        let (acceptor, target) = (acceptor.clone(), target.clone());
+        tokio::spawn(async move {
+            // A client that fails the handshake (it does not trust the CA) just goes away.
+            let Ok(mut tls) = acceptor.accept(client).await else {
+                return;
+            };
+            let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else {
+                return;
+            };
+            let _ = tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
+        });
     }
 }
 
-/// Debian names the binary `stunnel4`; elsewhere it is `stunnel`.
-fn stunnel_program() -> &'static str {
-    let found = |name: &str| {
-        std::env::var_os("PATH")
-            .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(name).exists()))
-    };
-    if found("stunnel4") {
-        "stunnel4"
-    } else {
-        "stunnel"
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }

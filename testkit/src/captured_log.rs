@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::testing::{KilledOnDrop, eventually};
+use crate::{KilledOnDrop, eventually};
 
 #[derive(Debug, Clone, Default)]
 pub struct CapturedLog(Arc<Mutex<Vec<String>>>);
