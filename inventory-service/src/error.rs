@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use shared::Problem;
 use shared::ids::ProductId;
 
-use crate::domain::Invalid;
+use crate::input::Invalid;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

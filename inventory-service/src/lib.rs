@@ -1,6 +1,11 @@
 //! inventory-service: owns products and stock. Stock is deducted under a per-product Redis
-//! lock ([`lock`]) **and** a conditional SQL update ([`db::stock`]); the update is what keeps
-//! stock correct, the lock keeps contention cheap.
+//! lock ([`stock::lock`]) **and** a conditional SQL update ([`stock::queries`]); the update is
+//! what keeps stock correct, the lock keeps contention cheap.
+//!
+//! The modules are its capabilities: [`products`] (the catalogue and restocks), [`stock`]
+//! (the locks and the conditional update), [`deductions`] (`POST /deductions`) and
+//! [`reservations`] (the saga's side: order events in, stock reserved or given back).
+//! [`openapi`] holds the route table and the document.
 //!
 //! [`build_state`] connects everything, [`build_app`] routes, [`serve`] runs until its
 //! shutdown token fires and then drains.
@@ -22,26 +27,27 @@ use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use utoipa_swagger_ui::SwaggerUi;
 
 pub mod config;
-pub mod db;
-pub mod deduction;
-pub mod domain;
+pub mod deductions;
 pub mod error;
-pub mod lock;
-pub mod messaging;
+pub mod health;
+pub mod input;
 pub mod metrics;
 pub mod openapi;
+pub mod products;
 pub mod replay;
-pub mod restock;
-pub mod routes;
+pub mod reservations;
 pub mod state;
+pub mod stock;
 
 pub use config::Config;
 pub use error::ApiError;
 pub use state::AppState;
 
-use crate::messaging::order_events::OrderEvents;
+use crate::reservations::consumer::OrderEvents;
+use crate::stock::lock;
 
 /// The service's migrations, embedded. During a rolling update an instance of the previous
 /// release may (re)start after a newer one migrated: migrations only expand what older code
@@ -82,7 +88,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         },
         redis_health.clone(),
     );
-    let deductions = deduction::Deductions::new(db.clone(), locker.clone());
+    let deductions = deductions::Deductions::new(db.clone(), locker.clone());
     Ok(AppState {
         readiness: Readiness {
             db: db.clone(),
@@ -102,12 +108,17 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     })
 }
 
-/// The whole HTTP API, behind the shared edge (request ids, tracing, metrics, problem+json
+/// The whole HTTP API (the routes of [`openapi::split`], plus `/openapi.json` and the Swagger
+/// UI at `/docs`), behind the shared edge (request ids, tracing, metrics, problem+json
 /// fallbacks, body limit, timeout).
 pub fn build_app(state: AppState) -> Router {
     let (timeout, rate_limit) = (state.config.request_timeout, state.config.rate_limit);
     let cors = state.config.cors.clone();
-    platform::http::with_edge(routes::router(state), timeout, rate_limit, &cors)
+    let (routes, spec) = openapi::split();
+    let routed = routes
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
+        .with_state(state);
+    platform::http::with_edge(routed, timeout, rate_limit, &cors)
 }
 
 /// Serves `listener` and runs the background tasks (broker supervisor, outbox relay and

@@ -1,8 +1,17 @@
-//! The OpenAPI 3.1 document: the routes register their own paths (see [`crate::routes::api`]);
-//! this adds the title, tags, the admin bearer scheme and the shared schemas.
+//! The OpenAPI 3.1 document and the route table: every route is registered here through
+//! `utoipa-axum` ([`api`]), so the document cannot miss one; [`ApiDoc`] adds the title, tags,
+//! the admin bearer scheme and the shared schemas. Handlers live with their capability
+//! ([`crate::products::routes`], [`crate::deductions::routes`],
+//! [`crate::reservations::routes`], [`crate::health`]).
 
+use axum::Router;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::state::AppState;
+use crate::{deductions, health, products, reservations};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -43,9 +52,32 @@ impl Modify for AdminBearer {
     }
 }
 
+/// Every documented route, without state: also what [`spec`] is made from.
+pub fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(products::routes::create, products::routes::list))
+        .routes(routes!(products::routes::get))
+        .routes(routes!(products::routes::restock))
+        .routes(routes!(deductions::routes::create))
+        .routes(routes!(reservations::routes::get))
+        .routes(routes!(platform::http::outbox_admin::list))
+        .routes(routes!(platform::http::outbox_admin::retry))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+}
+
+/// The routes and their finished document: the edge's answers (429, 500, 503) are added once
+/// every route is in, since a modifier of `ApiDoc` would run before any path exists.
+pub fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let (routes, mut spec) = api().split_for_parts();
+    platform::http::openapi::EdgeResponses.modify(&mut spec);
+    (routes, spec)
+}
+
 /// The whole document, built without any connection.
 pub fn spec() -> utoipa::openapi::OpenApi {
-    crate::routes::split().1
+    split().1
 }
 
 /// The document as pretty JSON, as committed under `openapi/`.

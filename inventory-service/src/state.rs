@@ -13,8 +13,8 @@ use platform::redis_health::RedisHealth;
 use sqlx::PgPool;
 
 use crate::config::Config;
-use crate::deduction::Deductions;
-use crate::lock::Locker;
+use crate::deductions::Deductions;
+use crate::stock::lock::Locker;
 
 #[derive(Clone)]
 pub struct AppState {

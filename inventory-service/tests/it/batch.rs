@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use inventory_service::lock::{LockOptions, Locker};
-use inventory_service::messaging::order_events::OrderEvents;
+use inventory_service::reservations::consumer::OrderEvents;
+use inventory_service::stock::lock::{LockOptions, Locker};
 use platform::consumer::{Message, Outcome};
 use platform::http::TraceContext;
 use platform::outbox::OutboxSignal;

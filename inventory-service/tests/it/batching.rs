@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use inventory_service::lock::LockOptions;
+use inventory_service::stock::lock::LockOptions;
 use shared::ids::ProductId;
 use tokio::task::JoinHandle;
 

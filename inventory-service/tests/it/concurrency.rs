@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use inventory_service::db;
-use inventory_service::domain::product::NewProduct;
-use inventory_service::lock::{LockError, LockOptions};
+use inventory_service::products::product::NewProduct;
+use inventory_service::stock::lock::{LockError, LockOptions};
+use inventory_service::{products, stock};
 use shared::ids::ProductId;
 
 use crate::helpers::{TestApp, assert_exactly_fifty_applied, patient, stampede};
@@ -27,8 +27,10 @@ async fn two_hundred_concurrent_deductions_on_a_stock_of_fifty_apply_exactly_fif
 }
 
 /// The row of `product` as a writer reads it before deciding.
-async fn stock_of(conn: &mut sqlx::PgConnection, product: ProductId) -> db::stock::StockRow {
-    let rows = db::stock::read_all(conn, &[product]).await.expect("read");
+async fn stock_of(conn: &mut sqlx::PgConnection, product: ProductId) -> stock::queries::StockRow {
+    let rows = stock::queries::read_all(conn, &[product])
+        .await
+        .expect("read");
     rows.into_iter()
         .find(|(id, _)| *id == product)
         .map(|(_, row)| row)
@@ -36,8 +38,8 @@ async fn stock_of(conn: &mut sqlx::PgConnection, product: ProductId) -> db::stoc
 }
 
 /// One unit less, conditional on the version `read` saw.
-fn deduct_one(product: ProductId, read: db::stock::StockRow) -> db::stock::Change {
-    db::stock::Change {
+fn deduct_one(product: ProductId, read: stock::queries::StockRow) -> stock::queries::Change {
+    stock::queries::Change {
         product_id: product,
         delta: -1,
         version: Some(read.version),
@@ -48,7 +50,7 @@ fn deduct_one(product: ProductId, read: db::stock::StockRow) -> db::stock::Chang
 async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
     let app = TestApp::spawn().await;
     let product = ProductId(1);
-    db::products::insert(
+    products::queries::insert(
         &mut app.db.acquire().await.expect("a connection"),
         &NewProduct::parse(1, "Last unit", 1).expect("valid"),
     )
@@ -81,7 +83,7 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
     let mut b_tx = app.db.begin().await.expect("B's transaction");
     let fresh = stock_of(&mut b_tx, product).await;
     assert!(
-        db::stock::apply_changes(&mut b_tx, &[deduct_one(product, fresh)])
+        stock::queries::apply_changes(&mut b_tx, &[deduct_one(product, fresh)])
             .await
             .expect("B's update runs"),
         "B's read is current, so its update applies"
@@ -91,7 +93,7 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
     b_locks.release().await;
 
     // A wakes up with its stale read: the conditional update changes nothing...
-    let written = db::stock::apply_changes(&mut a_tx, &[deduct_one(product, stale)])
+    let written = stock::queries::apply_changes(&mut a_tx, &[deduct_one(product, stale)])
         .await
         .expect("the update runs");
     assert!(!written, "the stale write must match no row");

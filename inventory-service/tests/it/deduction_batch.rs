@@ -5,8 +5,10 @@
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use inventory_service::db::deductions::{self, NewDeduction, Refusals, StoredDeduction, Verdict};
-use inventory_service::domain::deduction::DeductionStatus;
+use inventory_service::deductions::queries::{
+    self, NewDeduction, Refusals, StoredDeduction, Verdict,
+};
+use inventory_service::deductions::request::DeductionStatus;
 use inventory_service::replay::StoredResponse;
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
@@ -74,7 +76,7 @@ async fn apply(
 ) -> sqlx::Result<Vec<Verdict>> {
     let ids: Vec<ProductId> = products.iter().copied().map(ProductId).collect();
     let mut conn = pool.acquire().await.expect("a connection");
-    deductions::apply_batch(&mut conn, &ids, requests, &refusals(products)).await
+    queries::apply_batch(&mut conn, &ids, requests, &refusals(products)).await
 }
 
 fn applied(id: &str) -> StoredDeduction {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use inventory_service::lock::LockOptions;
+use inventory_service::stock::lock::LockOptions;
 use serde_json::json;
 use shared::ids::ProductId;
 use shared::keys;

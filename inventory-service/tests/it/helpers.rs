@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use inventory_service::Config;
-use inventory_service::deduction::Deductions;
-use inventory_service::lock::{LockOptions, Locker};
+use inventory_service::deductions::Deductions;
+use inventory_service::stock::lock::{LockOptions, Locker};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use shared::keys::RedisKeys;

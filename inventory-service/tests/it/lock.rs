@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use inventory_service::lock::{Lease, LockError, LockOptions, Locker};
+use inventory_service::stock::lock::{Lease, LockError, LockOptions, Locker};
 use platform::redis_conn::RedisConnection;
 use platform::redis_health::RedisHealth;
 use shared::ids::ProductId;
@@ -357,7 +357,7 @@ async fn a_waiter_in_another_process_gets_the_lock_within_the_hand_over_limit() 
     });
     // The other process is waiting (registered as the next owner) before this one starts
     // taking turn after turn.
-    let waiting = inventory_service::lock::waiter_key(&here.key(product));
+    let waiting = inventory_service::stock::lock::waiter_key(&here.key(product));
     eventually(Duration::from_secs(10), || {
         let (mut conn, key) = (conn.clone(), waiting.clone());
         async move { holder_of(&mut conn, &key).await.map(drop) }
@@ -390,7 +390,7 @@ async fn a_waiter_in_another_process_gets_the_lock_within_the_hand_over_limit() 
 
     let turns = turns.lock().expect("the turns").clone();
     let before_remote = turns.iter().take_while(|who| **who == 'A').count();
-    let limit = inventory_service::lock::MAX_HAND_OVERS as usize + 1;
+    let limit = inventory_service::stock::lock::MAX_HAND_OVERS as usize + 1;
     assert!(
         before_remote <= limit,
         "{before_remote} local turns before the remote waiter's, at most {limit}"

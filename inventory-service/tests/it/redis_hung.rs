@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use inventory_service::lock::Locker;
+use inventory_service::stock::lock::Locker;
 use platform::redis_health::RedisHealth;
 use serde_json::json;
 use shared::ids::ProductId;

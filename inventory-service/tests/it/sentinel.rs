@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use inventory_service::lock::Locker;
+use inventory_service::stock::lock::Locker;
 use platform::redis_conn::RedisConnection;
 use platform::tls::CaBundle;
 use redis::AsyncCommands;

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::ApiError;
-use crate::lock::LockError;
+use crate::stock::lock::LockError;
 
 /// Why one attempt did not finish.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,4 @@
-//! Consumes `order.*` events in batches ([`super::batch`] applies one).
+//! Consumes `order.*` events in batches ([`super::apply`] applies one).
 //!
 //! For a batch: take the locks of its creations' products in one Redis round trip
 //! ([`Locker::try_acquire_many`]); a creation whose product is busy waits for a later batch
@@ -20,8 +20,8 @@ use platform::outbox::OutboxSignal;
 use shared::events::{Envelope, LineItem, OrderEvent};
 use shared::ids::{OrderId, ProductId};
 
-use super::batch::{self, BatchError, Event, Work};
-use crate::lock::Locker;
+use super::apply::{self, BatchError, Event, Work};
+use crate::stock::lock::{Locker, Locks};
 
 #[derive(Debug, Clone)]
 pub struct OrderEvents {
@@ -110,16 +110,12 @@ impl OrderEvents {
             .collect())
     }
 
-    async fn commit(
-        &self,
-        ready: &[Work],
-        locks: &crate::lock::Locks,
-    ) -> Result<Vec<Handled>, ConsumeError> {
+    async fn commit(&self, ready: &[Work], locks: &Locks) -> Result<Vec<Handled>, ConsumeError> {
         if ready.is_empty() {
             return Ok(Vec::new());
         }
         let mut tx = self.db.begin().await?;
-        let handled = match batch::apply(&mut tx, ready).await {
+        let handled = match apply::apply(&mut tx, ready).await {
             Ok(handled) => handled,
             Err(BatchError::Contended(reason)) => {
                 return Err(ConsumeError::Contention(reason.to_owned()));

@@ -9,12 +9,12 @@ use serde::Deserialize;
 use shared::ids::ProductId;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::db;
-use crate::domain::product::{IdempotencyKey, NewProduct, Product, RestockQuantity};
-use crate::domain::{self, Invalid};
+use super::product::{IdempotencyKey, NewProduct, Product, RestockQuantity};
+use super::queries;
+use super::restock::{self, Restock};
 use crate::error::ApiError;
+use crate::input::{self, Invalid};
 use crate::replay::StoredResponse;
-use crate::restock::{self, Restock};
 use crate::state::AppState;
 
 /// `POST /products` body.
@@ -73,7 +73,7 @@ pub async fn create(
     Json(body): Json<CreateProduct>,
 ) -> Result<impl IntoResponse, ApiError> {
     let product = NewProduct::parse(body.product_id, &body.name, body.stock)?;
-    let created = db::products::insert(&mut *state.db.acquire().await?, &product)
+    let created = queries::insert(&mut *state.db.acquire().await?, &product)
         .await?
         .ok_or(ApiError::ProductExists(product.product_id))?;
     let location = HeaderValue::try_from(format!("/products/{}", created.product_id))
@@ -97,7 +97,7 @@ pub async fn get(
     Path(product_id): Path<i64>,
 ) -> Result<Json<Product>, ApiError> {
     let product_id = existing_id(product_id)?;
-    db::products::find(&mut *state.db.acquire().await?, product_id)
+    queries::find(&mut *state.db.acquire().await?, product_id)
         .await?
         .map(Json)
         .ok_or_else(|| not_found(product_id))
@@ -118,7 +118,7 @@ pub async fn list(
 ) -> Result<Json<Page<Product>>, ApiError> {
     let limit = pagination::limit(query.limit.as_deref()).map_err(|p| Invalid::new(p.detail))?;
     let after = query.after.as_deref().map(parse_cursor).transpose()?;
-    let rows = db::products::list(&mut *state.db.acquire().await?, after, limit + 1).await?;
+    let rows = queries::list(&mut *state.db.acquire().await?, after, limit + 1).await?;
     Ok(Json(Page::from_rows(rows, limit, |p| {
         p.product_id.to_string()
     })))
@@ -159,7 +159,7 @@ pub async fn restock(
 
 /// A path id that could name a product; anything else names nothing (404).
 fn existing_id(raw: i64) -> Result<ProductId, ApiError> {
-    domain::product_id(raw).map_err(|_| not_found(ProductId(raw)))
+    input::product_id(raw).map_err(|_| not_found(ProductId(raw)))
 }
 
 fn not_found(product_id: ProductId) -> ApiError {

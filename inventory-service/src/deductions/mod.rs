@@ -7,13 +7,18 @@
 //!   earlier ones left, writes and commits.
 //! - [`response`]: the first answer of an id (stored) and its replays.
 //! - [`retry`]: which failures are lost races, retried before answering 503 `busy`.
+//! - [`request`]: what a valid deduction is; [`queries`]: its table and `apply_deductions`;
+//!   [`routes`]: the handler.
 //!
 //! A batch of one runs the same code as a batch of a hundred: there is no other write path.
 
 mod batch;
+pub mod queries;
 mod queue;
+pub mod request;
 mod response;
 mod retry;
+pub mod routes;
 
 use serde::Serialize;
 use shared::events::LineItem;

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use shared::ids::ProductId;
 use sqlx::PgConnection;
 
-use crate::domain::product::{NewProduct, Product, RestockQuantity};
+use super::product::{NewProduct, Product, RestockQuantity};
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ProductRow {

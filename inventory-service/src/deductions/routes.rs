@@ -5,8 +5,8 @@ use platform::http::{AdminAuth, Json};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use crate::deduction::DeductionApplied;
-use crate::domain::deduction::{DeductionId, DeductionRequest, Items};
+use super::DeductionApplied;
+use super::request::{DeductionId, DeductionRequest, Items};
 use crate::error::ApiError;
 use crate::replay::StoredResponse;
 use crate::state::AppState;

@@ -27,15 +27,14 @@ use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgPool;
 
+use super::queries::{self, NewDeduction, Refusals, Verdict};
 use super::queue::{Counters, Waiter};
 use super::response::{self, applied_response, refusal_response, reused};
 use super::retry::{AttemptError, Retry};
-use crate::db;
-use crate::db::deductions::{NewDeduction, Refusals, Verdict};
 use crate::error::ApiError;
-use crate::lock::{Locker, Locks};
 use crate::metrics;
 use crate::replay::StoredResponse;
+use crate::stock::lock::{Locker, Locks};
 
 type Answer = Result<StoredResponse, ApiError>;
 
@@ -132,7 +131,7 @@ async fn apply_under(
     // A lock that expired while its holder was paused: give it up before writing anything.
     locks.ensure_held()?;
     let mut conn = db.acquire().await?;
-    Ok(db::deductions::apply_batch(&mut conn, products, deductions, refusals).await?)
+    Ok(queries::apply_batch(&mut conn, products, deductions, refusals).await?)
 }
 
 fn answer(verdict: Verdict) -> Answer {

@@ -9,8 +9,8 @@ use shared::ids::ProductId;
 
 use super::{AppliedStatus, DeductionApplied};
 
-use crate::db::deductions::StoredDeduction;
-use crate::domain::deduction::{DeductionRequest, DeductionStatus};
+use super::queries::StoredDeduction;
+use super::request::{DeductionRequest, DeductionStatus};
 use crate::error::ApiError;
 use crate::metrics;
 use crate::replay::StoredResponse;

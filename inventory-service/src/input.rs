@@ -1,8 +1,5 @@
-//! Pure domain types: request values that can only exist once validated, and the outcome of
-//! a deduction. No axum, no sqlx.
-
-pub mod deduction;
-pub mod product;
+//! The rules request values are held to: [`Invalid`], the refusal every validated type
+//! returns, and [`product_id`], shared by products and deductions. No axum, no sqlx.
 
 /// A request value broke a rule; the message says which, in words a client can act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,7 +7,7 @@
 //! (many one-item deductions of one product) shares a key; a multi-item request batches with
 //! requests for exactly its products, and batches of overlapping keys meet, one at a time,
 //! at the product locks and the conditional update. Grouping by exact key keeps the batch
-//! under one [`crate::lock::Locker::acquire_all`] of a fixed product set, so a batch never
+//! under one [`crate::stock::lock::Locker::acquire_all`] of a fixed product set, so a batch never
 //! grows its lock set while holding it.
 
 use std::collections::hash_map::Entry;
@@ -21,10 +21,10 @@ use sqlx::PgPool;
 use tokio::sync::oneshot;
 
 use super::batch;
-use crate::domain::deduction::DeductionRequest;
+use super::request::DeductionRequest;
 use crate::error::ApiError;
-use crate::lock::Locker;
 use crate::replay::StoredResponse;
+use crate::stock::lock::Locker;
 
 /// The most requests one batch applies; the rest wait for the next commit.
 pub const MAX_BATCH: usize = 128;

@@ -6,7 +6,7 @@ use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgConnection;
 
-use crate::domain::deduction::{DeductionStatus, UnknownStatus};
+use super::request::{DeductionStatus, UnknownStatus};
 use crate::replay::StoredResponse;
 
 /// The first outcome of a deduction id, as its row keeps it.

@@ -5,7 +5,7 @@ use serde::Serialize;
 use shared::ids::ProductId;
 use utoipa::ToSchema;
 
-use super::{Invalid, product_id};
+use crate::input::{Invalid, product_id};
 
 pub const MAX_NAME_CHARS: usize = 200;
 pub const MAX_INITIAL_STOCK: i64 = 1_000_000_000;

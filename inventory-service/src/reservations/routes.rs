@@ -13,8 +13,7 @@ use shared::ids::OrderId;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::db;
-use crate::db::reservations::ReservationState;
+use super::queries::{self, ReservationState};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -56,7 +55,7 @@ pub async fn get(
         return Ok(platform::http::admin::unauthorized());
     }
     let order_id = OrderId(order_id);
-    let reservation = db::reservations::find(&mut *state.db.acquire().await?, order_id)
+    let reservation = queries::find(&mut *state.db.acquire().await?, order_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no event of order {order_id} was ever seen")))?;
     Ok(Json(ReservationView {

@@ -5,7 +5,7 @@ use sha2::{Digest, Sha256};
 use shared::events::LineItem;
 use shared::ids::ProductId;
 
-use super::Invalid;
+use crate::input::Invalid;
 
 pub use shared::line_items::{MAX_ITEMS, MAX_QUANTITY};
 pub const MAX_DEDUCTION_ID_CHARS: usize = 128;

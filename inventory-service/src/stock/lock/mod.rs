@@ -1,11 +1,11 @@
 //! Per-product stock locks in Redis.
 //!
 //! The lock keeps contention cheap; it is **not** what keeps stock correct. Correctness comes
-//! from the database: the conditional update of [`crate::db::stock`] (`stock >= $q AND
+//! from the database: the conditional update of [`super::queries`] (`stock >= $q AND
 //! version = $v`, rows affected checked) for orders' reservations, and the row lock that
-//! `apply_deductions` ([`crate::db::deductions`]) takes before it judges a deduction. Both
-//! hold when a lock expires under a paused holder, when Redis loses its keys, or when Redis
-//! is down and deductions run without locks at all.
+//! `apply_deductions` (the database function of migration 0004) takes before it judges a
+//! deduction. Both hold when a lock expires under a paused holder, when Redis loses its keys,
+//! or when Redis is down and deductions run without locks at all.
 //!
 //! How a lock works:
 //! - **Queue locally first**: tasks of this process wanting the same product wait in a FIFO
@@ -14,10 +14,10 @@
 //!   the key is young, at most [`local::MAX_HAND_OVERS`] times in a row), which saves the
 //!   next holder the delete and the set: on a hot product, two Redis round trips fewer in
 //!   the section every holder waits for.
-//! - **Acquire**: `SET <key> <token> NX PX <ttl>` with a fresh random token (UUID v4) for
-//!   each key taken from Redis, retried with jittered exponential backoff until a deadline
-//!   ([`LockError::Timeout`]). Several products are locked in ascending product id, each id
-//!   once, so two deductions never wait on each other in a cycle.
+//! - **Acquire** (`acquire`): `SET <key> <token> NX PX <ttl>` with a fresh random token
+//!   (UUID v4) for each key taken from Redis, retried with jittered exponential backoff until
+//!   a deadline ([`LockError::Timeout`]). Several products are locked in ascending product
+//!   id, each id once, so two deductions never wait on each other in a cycle.
 //! - **Fair between processes**: a try that finds the key busy registers its token as the
 //!   key's next owner (`<key>:next`, one waiter at a time, kept for [`lease::WAITER_TTL`] and
 //!   renewed by every try). A release that finds a waiter registered hands the key straight
@@ -46,6 +46,7 @@
 //! A check right before commit cannot close the window between that check and the commit;
 //! that window is exactly what the conditional update covers.
 
+mod acquire;
 mod batch;
 mod held;
 mod lease;
@@ -66,11 +67,6 @@ pub use lease::{Lease, WAITER_TTL, waiter_key};
 pub use local::MAX_HAND_OVERS;
 
 use crate::metrics;
-use lease::{release_all, release_in_background};
-
-/// First and largest pause between two tries of a busy lock (full jitter in between).
-const BACKOFF_BASE: Duration = Duration::from_millis(2);
-const BACKOFF_CAP: Duration = Duration::from_millis(50);
 
 /// How locks are taken and kept.
 #[derive(Debug, Clone, Copy)]
@@ -211,86 +207,6 @@ impl Locker {
         self.take_keys(ids, turns, started, deadline).await
     }
 
-    /// With this process's turns on `ids`, takes their Redis keys (or the ones the previous
-    /// local holders left).
-    async fn take_keys(
-        &self,
-        ids: Vec<ProductId>,
-        mut turns: local::Turns,
-        started: Instant,
-        deadline: Instant,
-    ) -> Result<Locks, LockError> {
-        let inner = &self.inner;
-        let ttl = inner.options.ttl;
-        let mut conn = inner.redis.clone();
-        if inner.health.is_down() {
-            // Keys left by the previous holders are deleted in the background (or expire).
-            for turn in &mut turns {
-                drop(turn.take_kept());
-            }
-            return Ok(self.bypass(&RedisCallError::Down).with_turns(turns));
-        }
-        let mut leases = Vec::with_capacity(ids.len());
-        // The first key to expire bounds them all.
-        let mut valid_until: Option<Instant> = None;
-        let mut bound = |until: Instant| {
-            valid_until = Some(valid_until.map_or(until, |v| v.min(until)));
-        };
-        for (id, turn) in ids.into_iter().zip(turns.iter_mut()) {
-            if let Some(kept) = turn.take_kept() {
-                let fit = kept.usable(ttl);
-                if let Some((lease, until)) = kept.take() {
-                    if fit {
-                        bound(until);
-                        leases.push(lease);
-                        continue;
-                    }
-                    release_all(&mut conn, &[lease]).await;
-                }
-            }
-            let lease = Lease::new(inner.keys.product_lock(id));
-            match acquire_one(&inner.health, &mut conn, &lease, ttl, deadline).await {
-                Ok(Some(sent_at)) => {
-                    bound(sent_at + ttl);
-                    leases.push(lease);
-                }
-                Ok(None) => {
-                    if let Err(error) = lease.give_up(&mut conn).await {
-                        tracing::debug!(%error, "could not unregister a lock waiter; it expires");
-                    }
-                    release_all(&mut conn, &leases).await;
-                    return Err(self.timed_out(started));
-                }
-                Err(error) => {
-                    if matches!(error, RedisCallError::Failed(_)) {
-                        inner
-                            .counters
-                            .redis_failures
-                            .fetch_add(1, Ordering::Relaxed);
-                        // The failed SET may still land (a lost reply, or a hung Redis that
-                        // runs it once it wakes up): free that key too.
-                        leases.push(lease);
-                    }
-                    release_in_background(&conn, std::mem::take(&mut leases));
-                    return Ok(self.bypass(&error).with_turns(turns));
-                }
-            }
-        }
-        if inner.redis_down.swap(false, Ordering::Relaxed) {
-            tracing::info!("Redis is reachable again: stock deductions take their locks again");
-        }
-        inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_acquired(metrics::LockResult::Acquired, started.elapsed());
-        Ok(Locks::held(
-            conn,
-            leases,
-            valid_until.unwrap_or(started + ttl),
-            inner.options,
-            inner.health.clone(),
-        )
-        .with_turns(turns))
-    }
-
     fn bypass(&self, error: &RedisCallError) -> Locks {
         if !self.inner.redis_down.swap(true, Ordering::Relaxed) {
             tracing::warn!(
@@ -310,30 +226,4 @@ fn sorted_unique(products: &[ProductId]) -> Vec<ProductId> {
     ids.sort_unstable();
     ids.dedup();
     ids
-}
-
-/// Tries one lease until `deadline`; `Some(instant the winning SET was sent)` when taken.
-/// Stops at once when Redis is (or becomes) known down.
-async fn acquire_one(
-    health: &RedisHealth,
-    conn: &mut RedisConnection,
-    lease: &Lease,
-    ttl: Duration,
-    deadline: Instant,
-) -> Result<Option<Instant>, RedisCallError> {
-    let mut attempt = 0;
-    loop {
-        let sent_at = Instant::now();
-        if health.call(lease.try_acquire(conn, ttl)).await? {
-            return Ok(Some(sent_at));
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(None);
-        }
-        let pause =
-            platform::retry::backoff(attempt, BACKOFF_BASE, BACKOFF_CAP).min(deadline - now);
-        attempt += 1;
-        tokio::time::sleep(pause).await;
-    }
 }
