@@ -24,6 +24,8 @@ ARG RUNTIME_BASE=debian:bookworm-slim
 FROM rust:1-bookworm AS builder
 WORKDIR /src
 COPY . .
+# The query macros check every statement against .sqlx/ (committed), never a live database.
+ENV SQLX_OFFLINE=true
 # Both binaries in one cargo invocation: the shared crates compile once. The registry, git and
 # target caches survive between builds, so a code change recompiles only the crates it touches.
 # The target dir is a cache mount (not part of the layer), hence the copy to /out.

@@ -11,8 +11,8 @@ use platform::http::{Cors, RateLimit};
 use platform::redis_conn::Sentinels;
 use platform::tls::ClientTls;
 
-use crate::auth::IdentityConfig;
-use crate::signed_token::TokenSecret;
+use crate::identity::IdentityConfig;
+use crate::tokens::signed::TokenSecret;
 
 #[derive(Debug, Clone)]
 pub struct Config {

@@ -6,25 +6,20 @@ use axum::response::{IntoResponse, Response};
 use shared::Problem;
 use shared::ids::OrderId;
 
+use crate::orders::place_error::PlaceError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("order {0} not found")]
     OrderNotFound(OrderId),
     #[error("{0}")]
     Validation(String),
-    #[error("the Idempotency-Key header is missing")]
-    MissingIdempotencyKey,
-    #[error("the idempotency key was never issued or has expired")]
-    UnknownIdempotencyKey,
-    #[error("the idempotency key was used for a different request")]
-    IdempotencyKeyReused,
-    #[error("a request with this idempotency key is still in progress")]
-    RequestInProgress,
-    #[error("this idempotency token was taken by another user")]
-    TokenOfAnotherUser,
     /// The caller is known, and this is not theirs to ask for.
     #[error("{0}")]
     Forbidden(String),
+    /// `POST /orders` refused to place an order.
+    #[error(transparent)]
+    Place(PlaceError),
     #[error("order {0} was rejected; there is nothing to cancel")]
     NotCancellable(OrderId),
     #[error("a dependency is unavailable: {0}")]
@@ -50,38 +45,31 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+/// Each refusal of `POST /orders` as the API words it: the database's and the unexpected
+/// ones join the service's own, the rest keep their use-case meaning.
+impl From<PlaceError> for ApiError {
+    fn from(error: PlaceError) -> Self {
+        match error {
+            PlaceError::Malformed(problem) => Self::Problem(problem),
+            PlaceError::Invalid(detail) => Self::Validation(detail),
+            PlaceError::Unavailable(what) => Self::Unavailable(what),
+            PlaceError::Forbidden(detail) => Self::Forbidden(detail),
+            PlaceError::Database(error) => error.into(),
+            PlaceError::Unexpected(error) => Self::Unexpected(error),
+            refused => Self::Place(refused),
+        }
+    }
+}
+
 impl ApiError {
     fn problem(&self) -> Problem {
         use StatusCode as S;
         match self {
             Self::OrderNotFound(_) => Problem::not_found(self.to_string()),
             Self::Validation(detail) => Problem::validation(detail.clone()),
-            Self::MissingIdempotencyKey => Problem::new(
-                S::BAD_REQUEST,
-                "missing-idempotency-key",
-                "Missing idempotency key",
-                "send `Idempotency-Key: <token>` with a token from POST /idempotency-tokens",
-            ),
-            Self::UnknownIdempotencyKey => Problem::new(
-                S::BAD_REQUEST,
-                "unknown-idempotency-key",
-                "Unknown idempotency key",
-                "the token was never issued, or it expired unused; get a new one from POST /idempotency-tokens",
-            ),
-            Self::IdempotencyKeyReused => Problem::new(
-                S::UNPROCESSABLE_ENTITY,
-                "idempotency-key-reused",
-                "Idempotency key reused",
-                "this token was already used with a different request body",
-            ),
-            Self::RequestInProgress => Problem::new(
-                S::CONFLICT,
-                "request-in-progress",
-                "Request in progress",
-                "the first request with this token has not finished; retry after a moment",
-            ),
-            Self::TokenOfAnotherUser | Self::Forbidden(_) => {
-                Problem::new(S::FORBIDDEN, "forbidden", "Forbidden", self.to_string())
+            Self::Place(refused) => place_problem(refused),
+            Self::Forbidden(detail) => {
+                Problem::new(S::FORBIDDEN, "forbidden", "Forbidden", detail.clone())
             }
             Self::NotCancellable(_) => Problem::new(
                 S::CONFLICT,
@@ -102,6 +90,46 @@ impl ApiError {
     }
 }
 
+/// A refusal of `POST /orders` (the variants [`ApiError::from`] keeps as they are).
+fn place_problem(refused: &PlaceError) -> Problem {
+    use StatusCode as S;
+    match refused {
+        PlaceError::MissingIdempotencyKey => Problem::new(
+            S::BAD_REQUEST,
+            "missing-idempotency-key",
+            "Missing idempotency key",
+            "send `Idempotency-Key: <token>` with a token from POST /idempotency-tokens",
+        ),
+        PlaceError::UnknownIdempotencyKey => Problem::new(
+            S::BAD_REQUEST,
+            "unknown-idempotency-key",
+            "Unknown idempotency key",
+            "the token was never issued, or it expired unused; get a new one from POST /idempotency-tokens",
+        ),
+        PlaceError::IdempotencyKeyReused => Problem::new(
+            S::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+            "Idempotency key reused",
+            "this token was already used with a different request body",
+        ),
+        PlaceError::RequestInProgress => Problem::new(
+            S::CONFLICT,
+            "request-in-progress",
+            "Request in progress",
+            "the first request with this token has not finished; retry after a moment",
+        ),
+        PlaceError::TokenOfAnotherUser | PlaceError::Forbidden(_) => {
+            Problem::new(S::FORBIDDEN, "forbidden", "Forbidden", refused.to_string())
+        }
+        // Turned into the service's own errors by `ApiError::from`.
+        PlaceError::Malformed(problem) => problem.clone(),
+        PlaceError::Invalid(detail) => Problem::validation(detail.clone()),
+        PlaceError::Unavailable(_) | PlaceError::Database(_) | PlaceError::Unexpected(_) => {
+            Problem::internal()
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = self.problem();
@@ -113,7 +141,7 @@ impl IntoResponse for ApiError {
         let mut response = problem.into_response();
         if matches!(
             self,
-            Self::RequestInProgress | Self::Unavailable(_) | Self::Busy
+            Self::Place(PlaceError::RequestInProgress) | Self::Unavailable(_) | Self::Busy
         ) {
             response
                 .headers_mut()

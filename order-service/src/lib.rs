@@ -1,22 +1,15 @@
 //! order-service: takes orders exactly once per idempotency token, writes each with its
 //! `order.created` event in one transaction, and settles them from inventory's answers.
 
-pub mod auth;
 pub mod config;
-pub mod db;
-pub mod domain;
 pub mod error;
-pub mod idempotency;
-pub mod intake;
-pub mod messaging;
+pub mod identity;
 pub mod metrics;
 pub mod openapi;
-pub mod place_order;
-pub mod representation;
-mod routes;
-pub mod settle;
-pub mod signed_token;
+mod ops;
+pub mod orders;
 pub mod state;
+pub mod tokens;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
@@ -35,14 +28,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::auth::Identity;
 use crate::config::Config;
-use crate::idempotency::TokenStore;
-use crate::intake::{Intake, Writer};
-use crate::messaging::inventory_events::InventoryEvents;
-use crate::messaging::reconcile::ReconcileSettings;
-use crate::signed_token::{TokenSecret, TokenSigner};
+use crate::identity::Identity;
+use crate::orders::intake::{Intake, Writer};
+use crate::orders::reconcile::ReconcileSettings;
+use crate::orders::settle::consumer::InventoryEvents;
 use crate::state::AppState;
+use crate::tokens::signed::{TokenSecret, TokenSigner};
+use crate::tokens::store::TokenStore;
 use platform::redis_health::{self, RedisHealth};
 
 /// The service's migrations, embedded. During a rolling update an instance of the previous
@@ -58,7 +51,7 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 /// runs in the background yet; `serve` starts the loops.
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     metrics::register();
-    intake::register_metrics();
+    orders::intake::register_metrics();
     let settings = platform::db::PoolSettings {
         max_connections: config.database_max_connections,
         ..Default::default()
@@ -75,7 +68,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     let redis_health = RedisHealth::default();
     let secret = match &config.idempotency_token_secret {
         Some(secret) => secret.clone(),
-        None => db::token_secret::load_or_store(&db, &TokenSecret::generate())
+        None => crate::tokens::secret_queries::load_or_store(&db, &TokenSecret::generate())
             .await
             .context("reading the idempotency token secret")?,
     };
@@ -170,9 +163,7 @@ pub async fn serve(
     // which is what recovers every lost event.
     tasks.spawn(keep_running("reconciliation", shutdown.clone(), {
         let (db, outbox, stop) = (state.db.clone(), state.outbox.clone(), shutdown.clone());
-        move || {
-            messaging::reconcile::run(db.clone(), outbox.clone(), reconcile.clone(), stop.clone())
-        }
+        move || orders::reconcile::run(db.clone(), outbox.clone(), reconcile.clone(), stop.clone())
     }));
     tasks.spawn(keep_running("redis health", shutdown.clone(), {
         let (health, redis, stop) = (

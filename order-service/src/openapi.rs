@@ -1,10 +1,13 @@
-//! The OpenAPI 3.1 document, built from the handlers' annotations without any connection.
+//! The route table and the OpenAPI 3.1 document built from it (from the handlers'
+//! annotations, without any connection).
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::state::AppState;
+use crate::{ops, orders, tokens};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,7 +22,7 @@ use crate::state::AppState;
     ),
     components(schemas(
         shared::Problem,
-        crate::routes::OrderBody,
+        crate::orders::body::OrderBody,
         platform::http::outbox_admin::OutboxStatus
     )),
     modifiers(&AdminAuth, &BearerJwt)
@@ -68,9 +71,19 @@ impl utoipa::Modify for AdminAuth {
     }
 }
 
-/// The documented router, before state is attached.
+/// Every documented route, before state is attached: `build_app` and [`spec`] both start
+/// here, so the document cannot miss a route.
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi()).merge(crate::routes::router())
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(tokens::routes::issue))
+        .routes(routes!(orders::routes::create, orders::routes::list))
+        .routes(routes!(orders::routes::get))
+        .routes(routes!(orders::routes::cancel))
+        .routes(routes!(platform::http::outbox_admin::list))
+        .routes(routes!(platform::http::outbox_admin::retry))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
 }
 
 /// The routes and their finished document: the edge's answers (429, 500, 503) are added once

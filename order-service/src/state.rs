@@ -12,10 +12,10 @@ use platform::redis_conn::RedisConnection;
 use platform::redis_health::RedisHealth;
 use sqlx::PgPool;
 
-use crate::auth::Identity;
 use crate::config::Config;
-use crate::idempotency::TokenStore;
-use crate::intake::Intake;
+use crate::identity::Identity;
+use crate::orders::intake::Intake;
+use crate::tokens::store::TokenStore;
 
 #[derive(Clone, Debug)]
 pub struct AppState {

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use order_service::auth::IdentityConfig;
-use order_service::auth::settings::KeySource;
+use order_service::identity::IdentityConfig;
+use order_service::identity::settings::KeySource;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 

@@ -2,7 +2,7 @@
 //! ids together, each verdict judged as if alone and in arrival order; a batch of one takes
 //! the same path.
 
-use order_service::settle::{self, Effect, Incoming, MessageKey, Verdict};
+use order_service::orders::settle::{self, Effect, Incoming, MessageKey, Verdict};
 use platform::consumer::Handled;
 use platform::http::TraceContext;
 use shared::events::RejectionReason;

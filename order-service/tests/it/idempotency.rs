@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use order_service::signed_token::{TokenSecret, TokenSigner};
+use order_service::tokens::signed::{TokenSecret, TokenSigner};
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, assert_problem, eventually, order_body, random_uuid};
@@ -222,7 +222,7 @@ async fn the_same_request_while_the_first_is_in_flight_gets_409_with_retry_after
     let token = app.issue_token().await;
     let body = order_body(1, 1001, 1);
     // The state a first request with this body holds while it is being created.
-    let fingerprint = order_service::domain::fingerprint::of_json(&body);
+    let fingerprint = order_service::tokens::fingerprint::of_json(&body);
     let in_flight = format!(
         "inflight:{fingerprint}:{}",
         chrono::Utc::now().timestamp_millis()
@@ -248,7 +248,7 @@ async fn a_claim_that_outlived_its_committed_request_replays_the_outcome_from_po
     let first = first.text().await.expect("the first body");
     // What a Redis failover can leave: the promoted replica had the claim, but not the
     // outcome recorded after it.
-    let fingerprint = order_service::domain::fingerprint::of_json(&body);
+    let fingerprint = order_service::tokens::fingerprint::of_json(&body);
     let claim = format!(
         "inflight:{fingerprint}:{}",
         chrono::Utc::now().timestamp_millis()
@@ -279,7 +279,7 @@ async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outco
     let app = TestApp::spawn().await;
     let token = app.issue_token().await;
     let body = order_body(1, 1001, 2);
-    let fingerprint = order_service::domain::fingerprint::of_json(&body);
+    let fingerprint = order_service::tokens::fingerprint::of_json(&body);
     // Request A: claimed the token, and its statement is running but not committed.
     app.set_token_state(
         &token,

@@ -118,7 +118,7 @@ pub async fn store_outcome(conn: &mut PgConnection, token: &str, body: &Value) -
          VALUES ($1, $2, $3, 202, $4)",
     )
     .bind(Uuid::parse_str(token).expect("a uuid"))
-    .bind(order_service::domain::fingerprint::of_json(body))
+    .bind(order_service::tokens::fingerprint::of_json(body))
     .bind(order_id)
     .bind(first.as_bytes())
     .execute(&mut *conn)

@@ -1,4 +1,4 @@
-//! Per-client rate limits: a token bucket per client address, answering 429 `rate-limited`
+//! Per-client rate limits: a rate per client address (GCRA, by `governor`'s keyed limiter), answering 429 `rate-limited`
 //! with `Retry-After` when a client's bucket is empty (docs/contract.md §2).
 //!
 //! The client is the peer address of the TCP connection (axum's `ConnectInfo`); behind a
@@ -6,25 +6,32 @@
 //! clients are keyed by their /64, the block one subscriber usually holds, so rotating
 //! addresses inside it does not buy a fresh bucket each time.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 use shared::Problem;
 
 /// Paths never limited: probes and scrapers must see the service even while clients are
 /// being refused.
 pub const EXEMPT: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
-/// Buckets kept before the idle ones are swept (the threshold then doubles with what is left).
+/// Clients tracked before the idle ones are swept (the threshold then doubles with what is left).
 const FIRST_SWEEP_AT: usize = 1024;
 
-/// Clients tracked at most; past this, new clients share one bucket until a sweep frees room.
+/// Clients tracked at most: while a sweep leaves this many, every client shares one rate
+/// until a later sweep frees room, so a flood of addresses cannot grow memory without bound.
 const MAX_TRACKED: usize = 100_000;
 
 /// `RATE_LIMIT_PER_SEC` and `RATE_LIMIT_BURST`.
@@ -60,101 +67,74 @@ impl RateLimit {
     }
 }
 
-/// The buckets of every client seen recently.
-#[derive(Debug)]
-pub struct Limiter {
-    rate: f64,
-    capacity: f64,
-    state: Mutex<Buckets>,
+/// A client's limiter, GCRA by `governor`: one state per client key, plus one shared by the
+/// clients that come while [`MAX_TRACKED`] are tracked.
+type Clients<C> =
+    RateLimiter<IpAddr, DashMapStateStore<IpAddr>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+type Shared<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// The rate state of every client seen recently. What is kept by hand around `governor`: the
+/// key (a /64 for IPv6), the bound on the clients tracked, and the 429 answer.
+pub struct Limiter<C: Clock = DefaultClock> {
+    clients: Clients<C>,
+    /// Shared by every client while `clients` is full after a sweep.
+    overflow: Shared<C>,
+    clock: C,
+    /// Tracked clients at which the next sweep runs (doubling with what a sweep leaves).
+    sweep_at: AtomicUsize,
 }
 
-#[derive(Debug)]
-struct Buckets {
-    by_client: HashMap<IpAddr, Bucket>,
-    /// Shared by new clients while `by_client` is full.
-    overflow: Bucket,
-    sweep_at: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn full(capacity: f64, now: Instant) -> Self {
-        Self {
-            tokens: capacity,
-            at: now,
-        }
-    }
-
-    fn refill(&mut self, rate: f64, capacity: f64, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * rate).min(capacity);
-        self.at = now;
+impl<C: Clock> std::fmt::Debug for Limiter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("tracked", &self.clients.len())
+            .finish_non_exhaustive()
     }
 }
 
 impl Limiter {
     /// A limiter, or `None` when `limit` is off.
     pub fn new(limit: RateLimit) -> Option<Arc<Self>> {
-        limit.is_on().then(|| {
-            let capacity = f64::from(limit.capacity());
-            Arc::new(Self {
-                rate: f64::from(limit.per_sec),
-                capacity,
-                state: Mutex::new(Buckets {
-                    by_client: HashMap::new(),
-                    overflow: Bucket::full(capacity, Instant::now()),
-                    sweep_at: FIRST_SWEEP_AT,
-                }),
-            })
-        })
+        Self::with_clock(limit, DefaultClock::default())
+    }
+}
+
+impl<C: Clock + Clone> Limiter<C> {
+    /// A limiter on `clock` (tests give a clock they move by hand), or `None` when `limit` is off.
+    pub fn with_clock(limit: RateLimit, clock: C) -> Option<Arc<Self>> {
+        let rate = NonZeroU32::new(limit.per_sec)?;
+        let burst = NonZeroU32::new(limit.capacity()).unwrap_or(rate);
+        let quota = Quota::per_second(rate).allow_burst(burst);
+        Some(Arc::new(Self {
+            clients: RateLimiter::new(quota, DashMapStateStore::default(), clock.clone()),
+            overflow: RateLimiter::direct_with_clock(quota, clock.clone()),
+            clock,
+            sweep_at: AtomicUsize::new(FIRST_SWEEP_AT),
+        }))
     }
 
-    /// Takes one token from `client`'s bucket; when it is empty, how long until one is back.
-    pub fn take(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
-        let (rate, capacity) = (self.rate, self.capacity);
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let state = &mut *state;
-        let key = bucket_key(client);
-        if !state.by_client.contains_key(&key) && state.by_client.len() >= state.sweep_at {
-            // A bucket idle long enough to be full again is the same as no bucket: drop those.
-            state.by_client.retain(|_, bucket| {
-                let mut bucket = *bucket;
-                bucket.refill(rate, capacity, now);
-                bucket.tokens < capacity
-            });
-            state.sweep_at = (state.by_client.len() * 2).max(FIRST_SWEEP_AT);
+    /// Counts one request of `client`; when its rate is spent, how long until the next one is
+    /// let in.
+    pub fn take(&self, client: IpAddr) -> Result<(), Duration> {
+        if self.clients.len() >= self.sweep_at.load(Ordering::Relaxed) {
+            // A client idle long enough to be let in at its full burst again is the same as
+            // no state: drop those.
+            self.clients.retain_recent();
+            let left = self.clients.len();
+            self.sweep_at
+                .store((left * 2).max(FIRST_SWEEP_AT), Ordering::Relaxed);
         }
-        let bucket = if state.by_client.len() < MAX_TRACKED || state.by_client.contains_key(&key) {
-            state
-                .by_client
-                .entry(key)
-                .or_insert_with(|| Bucket::full(capacity, now))
+        let checked = if self.clients.len() < MAX_TRACKED {
+            self.clients.check_key(&bucket_key(client))
         } else {
-            &mut state.overflow
+            self.overflow.check()
         };
-        bucket.refill(rate, capacity, now);
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - bucket.tokens) / rate))
-        }
+        checked.map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 
-    /// How many clients have a bucket now.
+    /// How many clients are tracked now.
     pub fn tracked(&self) -> usize {
-        self.state
-            .lock()
-            .map(|s| s.by_client.len())
-            .unwrap_or_default()
+        self.clients.len()
     }
 }
 
@@ -189,7 +169,7 @@ pub async fn limit(
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::from([0, 0, 0, 0]), |info| info.0.ip());
-    match limiter.take(client, Instant::now()) {
+    match limiter.take(client) {
         Ok(()) => next.run(request).await,
         Err(wait) => too_many_requests(wait),
     }
@@ -216,10 +196,14 @@ fn too_many_requests(wait: Duration) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use governor::clock::FakeRelativeClock;
+
     use super::*;
 
-    fn limiter(per_sec: u32, burst: u32) -> Arc<Limiter> {
-        Limiter::new(RateLimit { per_sec, burst }).expect("on")
+    fn limiter(per_sec: u32, burst: u32) -> (Arc<Limiter<FakeRelativeClock>>, FakeRelativeClock) {
+        let clock = FakeRelativeClock::default();
+        let limiter = Limiter::with_clock(RateLimit { per_sec, burst }, clock.clone()).expect("on");
+        (limiter, clock)
     }
 
     #[test]
@@ -245,50 +229,40 @@ mod tests {
 
     #[test]
     fn a_burst_then_one_more_is_refused_until_a_token_is_back() {
-        let limiter = limiter(2, 3);
+        let (limiter, clock) = limiter(2, 3);
         let client = IpAddr::from([10, 0, 0, 1]);
-        let start = Instant::now();
         for _ in 0..3 {
-            assert!(limiter.take(client, start).is_ok());
+            assert!(limiter.take(client).is_ok());
         }
-        let wait = limiter.take(client, start).expect_err("empty");
+        let wait = limiter.take(client).expect_err("spent");
         assert_eq!(wait, Duration::from_millis(500));
         assert!(
-            limiter.take(IpAddr::from([10, 0, 0, 2]), start).is_ok(),
+            limiter.take(IpAddr::from([10, 0, 0, 2])).is_ok(),
             "others unaffected"
         );
-        assert!(
-            limiter
-                .take(client, start + Duration::from_millis(500))
-                .is_ok()
-        );
-        assert!(
-            limiter
-                .take(client, start + Duration::from_millis(500))
-                .is_err()
-        );
+        clock.advance(Duration::from_millis(500));
+        assert!(limiter.take(client).is_ok());
+        assert!(limiter.take(client).is_err());
     }
 
     #[test]
-    fn idle_buckets_are_swept_so_memory_stays_bounded() {
-        let limiter = limiter(1000, 1);
-        let start = Instant::now();
+    fn idle_clients_are_swept_so_memory_stays_bounded() {
+        let (limiter, clock) = limiter(1000, 1);
         for i in 0..5000u32 {
-            // Each client appears once; a millisecond later its bucket is full again.
-            let now = start + Duration::from_millis(u64::from(i));
-            assert!(limiter.take(IpAddr::from(i.to_be_bytes()), now).is_ok());
+            // Each client appears once; a millisecond later it may burst again.
+            clock.advance(Duration::from_millis(1));
+            assert!(limiter.take(IpAddr::from(i.to_be_bytes())).is_ok());
         }
         assert!(limiter.tracked() <= FIRST_SWEEP_AT, "{}", limiter.tracked());
     }
 
     #[test]
-    fn ipv6_clients_of_one_64_share_a_bucket() {
-        let limiter = limiter(1, 1);
-        let now = Instant::now();
+    fn ipv6_clients_of_one_64_share_a_rate() {
+        let (limiter, _clock) = limiter(1, 1);
         let a: IpAddr = "2001:db8:1:2::1".parse().expect("ip");
         let b: IpAddr = "2001:db8:1:2:ffff::9".parse().expect("ip");
-        assert!(limiter.take(a, now).is_ok());
-        assert!(limiter.take(b, now).is_err());
+        assert!(limiter.take(a).is_ok());
+        assert!(limiter.take(b).is_err());
         assert_eq!(
             bucket_key("::ffff:10.0.0.1".parse().expect("ip")),
             IpAddr::from([10, 0, 0, 1])

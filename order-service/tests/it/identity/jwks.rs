@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use order_service::auth::IdentityConfig;
-use order_service::auth::settings::{JwksSettings, KeySource};
+use order_service::identity::IdentityConfig;
+use order_service::identity::settings::{JwksSettings, KeySource};
 use serde_json::Value;
 
 use super::{As, EC_P256, RSA_A, RSA_A_PUBLIC, RSA_B, assert_unauthorized, claims, hmac_key, sign};

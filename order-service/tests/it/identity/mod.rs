@@ -11,8 +11,8 @@ mod refusals;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use order_service::auth::IdentityConfig;
-use order_service::auth::settings::KeySource;
+use order_service::identity::IdentityConfig;
+use order_service::identity::settings::KeySource;
 use reqwest::{RequestBuilder, Response};
 use serde_json::{Value, json};
 

@@ -1,0 +1,295 @@
+//! One batch of order intake, as if its requests had come one at a time (docs/contract.md §4.1):
+//!
+//! 1. Every token is claimed in one Redis round trip, in arrival order, so a second request
+//!    for a token in the same batch finds the first one's claim (409, or 422 for another body).
+//!    A token Redis does not know is claimed again when it proves it was issued here and is
+//!    unexpired ([`crate::tokens::signed`]); PostgreSQL's unique key then settles whether it was
+//!    used. Tokens Redis calls unknown, and every token while Redis is down, are answered from
+//!    PostgreSQL's stored outcomes (one query), else 400 or 503.
+//! 2. The claimed ones are written in one statement ([`crate::orders::intake::placement::insert_batch`]). One
+//!    whose token already has an outcome is skipped alone and answered with that outcome.
+//! 3. The outcomes go to Redis in one round trip, for cheap replays.
+//!
+//! A token's taker is checked wherever its state is found (Redis or PostgreSQL): another
+//! user's token is 403 before its body is compared.
+//!
+//! Redis losing its keys while a first request A is between its claim and its commit: a
+//! repeat B finds no key and a valid token, and claims it again. B's insert then waits on
+//! A's uncommitted `idempotency_keys_pkey` entry and, once A commits, skips it; B answers A's
+//! outcome. No extra write was needed on A's path.
+
+use std::collections::HashMap;
+
+use platform::redis_health::RedisCallError;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, Postgres};
+use uuid::Uuid;
+
+use super::Writer;
+use super::{Placed, Placement};
+use crate::orders::place_error::PlaceError;
+use crate::tokens::StoredResponse;
+use crate::tokens::store::{Claim, ClaimRequest, Held};
+
+type Answer = Result<Placed, PlaceError>;
+
+/// Places the batch; the answers are index-aligned with `batch`.
+pub(super) async fn place(
+    writer: &Writer,
+    conn: &mut Option<PoolConnection<Postgres>>,
+    batch: Vec<Placement>,
+) -> Vec<Answer> {
+    let mut answers: Vec<Option<Answer>> = batch.iter().map(|_| None).collect();
+    let (claimed, ask_postgres) = claim(writer, &batch, &mut answers).await;
+    let connection = match conn {
+        Some(connection) => Ok(connection),
+        None => writer.db.acquire().await.map(|c| conn.insert(c)),
+    };
+    let connection = match connection {
+        Ok(connection) => connection,
+        Err(error) => {
+            release(writer, &batch, &claimed).await;
+            return finish(answers, &error);
+        }
+    };
+    match write(
+        writer,
+        connection,
+        &batch,
+        claimed,
+        ask_postgres,
+        &mut answers,
+    )
+    .await
+    {
+        Ok(()) => finish(answers, &"no answer"),
+        Err(error) => {
+            // A failed connection is not kept for the next batch.
+            *conn = None;
+            finish(answers, &error)
+        }
+    }
+}
+
+/// Claims the tokens in one round trip. Returns the indexes whose tokens were claimed, and
+/// those to answer from PostgreSQL with the error to give when it has no outcome either.
+async fn claim(
+    writer: &Writer,
+    batch: &[Placement],
+    answers: &mut [Option<Answer>],
+) -> (Vec<usize>, Vec<(usize, PlaceError)>) {
+    let requests: Vec<ClaimRequest<'_>> = batch
+        .iter()
+        .map(|p| ClaimRequest {
+            token: &p.row.token,
+            fingerprint: &p.row.response.fingerprint,
+            recreate_until: p.recreate_until,
+            taker: p.row.response.taker,
+        })
+        .collect();
+    let (mut claimed, mut ask_postgres) = (Vec::new(), Vec::new());
+    match writer.tokens.claim_all(&requests).await {
+        Ok(claims) => {
+            for (i, claim) in claims.into_iter().enumerate() {
+                let mine = &batch[i].row.response;
+                let fingerprint = &mine.fingerprint;
+                match claim {
+                    Claim::Claimed => claimed.push(i),
+                    Claim::Done(first) => answers[i] = Some(replay(first, mine)),
+                    // The script claims a token issued to this request's taker, so an issued
+                    // token it leaves is someone else's, as is a claim by another taker.
+                    Claim::IssuedTo(_) => answers[i] = Some(Err(PlaceError::TokenOfAnotherUser)),
+                    Claim::InFlight { taker, .. } if taker != mine.taker => {
+                        answers[i] = Some(Err(PlaceError::TokenOfAnotherUser));
+                    }
+                    // The claim may outlive its request: after a Redis failover the promoted
+                    // replica can hold the claim but not the outcome recorded after it. An
+                    // outcome in PostgreSQL is then the answer, not a 409 until the claim ages.
+                    Claim::InFlight {
+                        fingerprint: other, ..
+                    } if &other == fingerprint => {
+                        ask_postgres.push((i, PlaceError::RequestInProgress));
+                    }
+                    Claim::InFlight { .. } => {
+                        answers[i] = Some(Err(PlaceError::IdempotencyKeyReused))
+                    }
+                    Claim::Unknown => ask_postgres.push((i, PlaceError::UnknownIdempotencyKey)),
+                }
+            }
+        }
+        Err(error) => {
+            if !matches!(error, RedisCallError::Down) {
+                tracing::warn!(%error, "Redis unavailable while claiming tokens");
+            }
+            // A used token is still answered from PostgreSQL; a new one cannot be verified
+            // as unused without Redis.
+            ask_postgres = (0..batch.len())
+                .map(|i| (i, PlaceError::Unavailable("redis")))
+                .collect();
+        }
+    }
+    (claimed, ask_postgres)
+}
+
+async fn write(
+    writer: &Writer,
+    conn: &mut PgConnection,
+    batch: &[Placement],
+    claimed: Vec<usize>,
+    ask_postgres: Vec<(usize, PlaceError)>,
+    answers: &mut [Option<Answer>],
+) -> sqlx::Result<()> {
+    // Outcomes to record in Redis once the batch is written: new ones, and stored ones
+    // Redis had forgotten.
+    let mut done: Vec<usize> = Vec::new();
+    let mut warm: Vec<(Uuid, StoredResponse)> = Vec::new();
+
+    let tokens: Vec<Uuid> = ask_postgres
+        .iter()
+        .map(|(i, _)| batch[*i].row.token)
+        .collect();
+    let stored = match crate::tokens::queries::find_all(conn, &tokens).await {
+        Ok(stored) => stored,
+        Err(error) => {
+            release(writer, batch, &claimed).await;
+            return Err(error);
+        }
+    };
+    for (i, otherwise) in ask_postgres {
+        let placement = &batch[i];
+        answers[i] = Some(match stored.get(&placement.row.token) {
+            Some(first) => {
+                warm.push((placement.row.token, first.clone()));
+                replay(first.clone(), &placement.row.response)
+            }
+            None => Err(otherwise),
+        });
+    }
+
+    let rows: Vec<_> = claimed.iter().map(|&i| batch[i].row.clone()).collect();
+    let inserted = match crate::orders::intake::placement::insert_batch(conn, &rows).await {
+        Ok(inserted) => inserted,
+        Err(error) => {
+            release(writer, batch, &claimed).await;
+            return Err(error);
+        }
+    };
+    let mut skipped = Vec::new();
+    for &i in &claimed {
+        if inserted.contains(&batch[i].row.token) {
+            done.push(i);
+            answers[i] = Some(Ok(Placed {
+                response: batch[i].row.response.clone(),
+                replayed: false,
+            }));
+        } else {
+            skipped.push(i);
+        }
+    }
+    if !inserted.is_empty() {
+        writer.outbox.wake();
+        metrics::counter!(crate::metrics::ORDER_TRANSITIONS_TOTAL, "to" => "PENDING")
+            .increment(inserted.len() as u64);
+    }
+    settle_skipped(writer, conn, batch, &skipped, answers, &mut warm).await?;
+    record(writer, batch, &done, &warm).await;
+    Ok(())
+}
+
+/// Answers the claimed requests whose token already had an outcome in PostgreSQL (Redis had
+/// forgotten it was used) with that outcome.
+async fn settle_skipped(
+    writer: &Writer,
+    conn: &mut PgConnection,
+    batch: &[Placement],
+    skipped: &[usize],
+    answers: &mut [Option<Answer>],
+    warm: &mut Vec<(Uuid, StoredResponse)>,
+) -> sqlx::Result<()> {
+    if skipped.is_empty() {
+        return Ok(());
+    }
+    let tokens: Vec<Uuid> = skipped.iter().map(|&i| batch[i].row.token).collect();
+    let stored: HashMap<Uuid, StoredResponse> =
+        crate::tokens::queries::find_all(conn, &tokens).await?;
+    let mut unsettled = Vec::new();
+    for &i in skipped {
+        let placement = &batch[i];
+        answers[i] = Some(match stored.get(&placement.row.token) {
+            Some(first) => {
+                warm.push((placement.row.token, first.clone()));
+                replay(first.clone(), &placement.row.response)
+            }
+            // Skipped for an outcome that is not there: only a deleted row could do this.
+            None => {
+                unsettled.push(i);
+                Err(PlaceError::RequestInProgress)
+            }
+        });
+    }
+    release(writer, batch, &unsettled).await;
+    Ok(())
+}
+
+/// Records the batch's outcomes in Redis in one round trip. When that fails, the new ones'
+/// tokens are given back instead of being left in flight: a retry then claims the token, is
+/// skipped by PostgreSQL's unique key and gets the stored response, instead of 409s.
+async fn record(
+    writer: &Writer,
+    batch: &[Placement],
+    done: &[usize],
+    warm: &[(Uuid, StoredResponse)],
+) {
+    let outcomes: Vec<(Uuid, &StoredResponse)> = done
+        .iter()
+        .map(|&i| (batch[i].row.token, &batch[i].row.response))
+        .chain(warm.iter().map(|(token, response)| (*token, response)))
+        .collect();
+    if let Err(error) = writer.tokens.complete_all(&outcomes).await {
+        tracing::warn!(%error, "could not cache responses in Redis; PostgreSQL has them");
+        release(writer, batch, done).await;
+    }
+}
+
+/// Gives back the tokens of `indexes` that their requests still hold, in one round trip.
+async fn release(writer: &Writer, batch: &[Placement], indexes: &[usize]) {
+    let held: Vec<Held<'_>> = indexes
+        .iter()
+        .map(|&i| Held {
+            token: &batch[i].row.token,
+            fingerprint: &batch[i].row.response.fingerprint,
+            taker: batch[i].row.response.taker,
+        })
+        .collect();
+    if let Err(error) = writer.tokens.release_all(&held).await {
+        tracing::warn!(%error, "could not release tokens after a failure");
+    }
+}
+
+/// Every answer, failing those not given yet with `error`.
+fn finish(answers: Vec<Option<Answer>>, error: &dyn std::fmt::Display) -> Vec<Answer> {
+    answers
+        .into_iter()
+        .map(|answer| {
+            answer.unwrap_or_else(|| {
+                Err(PlaceError::Unexpected(anyhow::anyhow!(
+                    "placing a batch of orders failed: {error}"
+                )))
+            })
+        })
+        .collect()
+}
+
+/// The first response to the token again, for its taker and the same request only.
+fn replay(first: StoredResponse, mine: &StoredResponse) -> Answer {
+    if first.taker != mine.taker {
+        return Err(PlaceError::TokenOfAnotherUser);
+    }
+    if first.fingerprint != mine.fingerprint {
+        return Err(PlaceError::IdempotencyKeyReused);
+    }
+    Ok(Placed {
+        response: first,
+        replayed: true,
+    })
+}

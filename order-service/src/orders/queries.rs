@@ -1,0 +1,307 @@
+//! The `orders` table. Every statement is checked against the migrations at build time
+//! (`sqlx::query!`, offline data in `.sqlx/`).
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use shared::events::{LineItem, RejectionReason};
+use shared::ids::{OrderId, UserId};
+use sqlx::PgConnection;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use crate::orders::{OrderStatus, status};
+
+/// An order as stored, its status and rejection reason read into their types.
+#[derive(Debug, Clone)]
+pub struct OrderRow {
+    pub order_id: Uuid,
+    pub user_id: i64,
+    pub items: Json<Vec<LineItem>>,
+    pub amount: Decimal,
+    pub status: OrderStatus,
+    pub rejection_reason: Option<RejectionReason>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// An order as the statements return it: status and reason are CHECK-ed text, read strictly
+/// into an [`OrderRow`] (an unknown value fails the read, never becomes a default).
+struct StoredOrder {
+    order_id: Uuid,
+    user_id: i64,
+    items: Json<Vec<LineItem>>,
+    amount: Decimal,
+    status: String,
+    rejection_reason: Option<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+fn strict(column: &str, error: status::UnknownStatus) -> sqlx::Error {
+    sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: Box::new(error),
+    }
+}
+
+impl TryFrom<StoredOrder> for OrderRow {
+    type Error = sqlx::Error;
+
+    fn try_from(row: StoredOrder) -> sqlx::Result<Self> {
+        Ok(Self {
+            order_id: row.order_id,
+            user_id: row.user_id,
+            items: row.items,
+            amount: row.amount,
+            status: OrderStatus::read(&row.status).map_err(|e| strict("status", e))?,
+            rejection_reason: row
+                .rejection_reason
+                .map(|reason| {
+                    status::read_rejection_reason(&reason)
+                        .map_err(|e| strict("rejection_reason", e))
+                })
+                .transpose()?,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+fn typed(rows: Vec<StoredOrder>) -> sqlx::Result<Vec<OrderRow>> {
+    rows.into_iter().map(OrderRow::try_from).collect()
+}
+
+pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Option<OrderRow>> {
+    sqlx::query_as!(
+        StoredOrder,
+        r#"SELECT order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
+                  rejection_reason, created_at, updated_at
+           FROM orders WHERE order_id = $1"#,
+        order_id.0,
+    )
+    .fetch_optional(conn)
+    .await?
+    .map(OrderRow::try_from)
+    .transpose()
+}
+
+/// Filters and position of one page of `GET /orders`.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub user_id: Option<UserId>,
+    pub status: Option<OrderStatus>,
+    /// Continue strictly after this `(created_at, order_id)`, newest first.
+    pub after: Option<(DateTime<Utc>, Uuid)>,
+    /// Rows to fetch (the caller asks for one more than it shows).
+    pub fetch: i64,
+}
+
+pub async fn list(conn: &mut PgConnection, query: &ListQuery) -> sqlx::Result<Vec<OrderRow>> {
+    // One statement for every filter combination: a NULL parameter switches its filter off.
+    let (after_at, after_id) = query.after.unzip();
+    let rows = sqlx::query_as!(
+        StoredOrder,
+        r#"SELECT order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
+                  rejection_reason, created_at, updated_at
+           FROM orders
+           WHERE ($1::bigint IS NULL OR user_id = $1)
+             AND ($2::text IS NULL OR status = $2)
+             AND ($3::timestamptz IS NULL OR (created_at, order_id) < ($3, $4::uuid))
+           ORDER BY created_at DESC, order_id DESC
+           LIMIT $5"#,
+        query.user_id.map(|u| u.0),
+        query.status.map(OrderStatus::as_str),
+        after_at,
+        after_id,
+        query.fetch,
+    )
+    .fetch_all(conn)
+    .await?;
+    typed(rows)
+}
+
+/// What settling a batch needs to know of an order.
+#[derive(Debug, Clone)]
+pub struct SettlementRow {
+    pub order_id: Uuid,
+    pub status: OrderStatus,
+    pub released: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The orders of `order_ids`, locked until the transaction ends, in ascending id (two
+/// batches lock their common orders in the same order, so they never deadlock).
+pub async fn lock_for_settlement(
+    conn: &mut PgConnection,
+    order_ids: &[Uuid],
+) -> sqlx::Result<Vec<SettlementRow>> {
+    let rows = sqlx::query!(
+        r#"SELECT order_id, status, released_at IS NOT NULL AS "released!", created_at
+           FROM orders WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE"#,
+        order_ids,
+    )
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(SettlementRow {
+                order_id: row.order_id,
+                status: OrderStatus::read(&row.status).map_err(|e| strict("status", e))?,
+                released: row.released,
+                created_at: row.created_at,
+            })
+        })
+        .collect()
+}
+
+/// Moves every `(order, status, reason)` from `PENDING` in one statement; how many moved.
+pub async fn settle_pending_all(
+    conn: &mut PgConnection,
+    settled: &[(Uuid, OrderStatus, Option<RejectionReason>)],
+) -> sqlx::Result<u64> {
+    if settled.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = settled.iter().map(|s| s.0).collect();
+    let statuses: Vec<String> = settled.iter().map(|s| s.1.as_str().to_owned()).collect();
+    let reasons: Vec<Option<String>> = settled
+        .iter()
+        .map(|s| s.2.map(|reason| reason.as_str().to_owned()))
+        .collect();
+    let done = sqlx::query!(
+        "UPDATE orders o SET status = v.status, rejection_reason = v.reason, updated_at = now()
+         FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v(order_id, status, reason)
+         WHERE o.order_id = v.order_id AND o.status = 'PENDING'",
+        &ids,
+        &statuses,
+        &reasons as &[Option<String>],
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Records that inventory holds nothing any more (its stock came back, or none was ever
+/// taken) for those of the cancelled `order_ids` not yet known so, in one statement.
+pub async fn record_released_all(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<()> {
+    if order_ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query!(
+        "UPDATE orders SET released_at = now()
+         WHERE order_id = ANY($1) AND status = 'CANCELLED' AND released_at IS NULL",
+        order_ids,
+    )
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// The order, locked until the transaction ends (for a status change decided in code).
+pub async fn find_for_update(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> sqlx::Result<Option<OrderRow>> {
+    sqlx::query_as!(
+        StoredOrder,
+        r#"SELECT order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
+                  rejection_reason, created_at, updated_at
+           FROM orders WHERE order_id = $1 FOR UPDATE"#,
+        order_id.0,
+    )
+    .fetch_optional(conn)
+    .await?
+    .map(OrderRow::try_from)
+    .transpose()
+}
+
+pub async fn set_status(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    to: OrderStatus,
+) -> sqlx::Result<OrderRow> {
+    sqlx::query_as!(
+        StoredOrder,
+        r#"UPDATE orders SET status = $2, updated_at = now() WHERE order_id = $1
+           RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
+                     rejection_reason, created_at, updated_at"#,
+        order_id.0,
+        to.as_str(),
+    )
+    .fetch_one(conn)
+    .await?
+    .try_into()
+}
+
+/// Claims up to `limit` `PENDING` orders that neither changed nor were reconciled for
+/// `older_than`, oldest first, by stamping `reconciled_at`: concurrent reconcilers (one per
+/// instance) skip them for a period, and no row stays locked while inventory is asked.
+pub async fn claim_stale_pending(
+    conn: &mut PgConnection,
+    older_than: std::time::Duration,
+    limit: i64,
+) -> sqlx::Result<Vec<OrderRow>> {
+    let rows = sqlx::query_as!(
+        StoredOrder,
+        r#"UPDATE orders SET reconciled_at = now()
+           WHERE order_id IN (
+               SELECT order_id FROM orders
+               WHERE status = 'PENDING'
+                 AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at))
+                     < now() - make_interval(secs => $1)
+               ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+           RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
+                     rejection_reason, created_at, updated_at"#,
+        older_than.as_secs_f64(),
+        limit,
+    )
+    .fetch_all(conn)
+    .await?;
+    typed(rows)
+}
+
+/// Claims up to `limit` `CANCELLED` orders whose release is not recorded, cancelled (their
+/// last change) and not reconciled for `older_than`, oldest cancellation first; stamped like
+/// [`claim_stale_pending`], so an order is asked about and its cancellation sent again at
+/// most once a period, by one instance.
+pub async fn claim_stale_cancelled(
+    conn: &mut PgConnection,
+    older_than: std::time::Duration,
+    limit: i64,
+) -> sqlx::Result<Vec<OrderRow>> {
+    let rows = sqlx::query_as!(
+        StoredOrder,
+        r#"UPDATE orders SET reconciled_at = now()
+           WHERE order_id IN (
+               SELECT order_id FROM orders
+               WHERE status = 'CANCELLED' AND released_at IS NULL
+                 AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at))
+                     < now() - make_interval(secs => $1)
+               ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+           RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
+                     rejection_reason, created_at, updated_at"#,
+        older_than.as_secs_f64(),
+        limit,
+    )
+    .fetch_all(conn)
+    .await?;
+    typed(rows)
+}
+
+/// Whether an `order.cancelled` of the order still waits in the outbox to be published (the
+/// partial index of pending rows keeps this to the backlog, however many rows were sent).
+pub async fn cancellation_pending(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (
+               SELECT 1 FROM outbox
+               WHERE status = 'pending' AND routing_key = $2
+                 AND payload->'payload'->>'order_id' = $1) AS "pending!""#,
+        order_id.0.to_string(),
+        shared::keys::ORDER_CANCELLED,
+    )
+    .fetch_one(conn)
+    .await
+}

@@ -1,0 +1,61 @@
+//! `CANCELLED` orders whose stock is not known to be back. Inventory's record decides:
+//! - `RELEASED`, `CANCELLED` (a tombstone) or `REJECTED`: it holds nothing for the order, for
+//!   good; that is recorded and the order is not asked about again;
+//! - `APPLIED`, or no record at all (the cancellation must still go, to leave a tombstone for
+//!   a creation that may yet arrive): `order.cancelled` is sent again as a new event, unless
+//!   one still waits in the outbox. The order is asked about again next period, until
+//!   inventory's answer or its `inventory.released` records the release.
+
+use platform::http::TraceContext;
+use shared::ids::OrderId;
+use sqlx::PgPool;
+
+use super::ReconcileSettings;
+use super::inventory::{Answer, Inventory};
+use crate::orders::settle::{self, Effect, Incoming};
+
+pub(super) async fn reconcile(
+    db: &PgPool,
+    inventory: &Inventory<'_>,
+    settings: &ReconcileSettings,
+) -> anyhow::Result<usize> {
+    let stale = crate::orders::queries::claim_stale_cancelled(
+        &mut *db.acquire().await?,
+        settings.after,
+        settings.batch,
+    )
+    .await?;
+    let mut released = Vec::new();
+    for order in &stale {
+        let order_id = OrderId(order.order_id);
+        match inventory.reservation(order_id).await? {
+            Answer::Known(reservation) if reservation.state.holds_nothing() => {
+                tracing::info!(%order_id, state = ?reservation.state, "inventory holds nothing for the cancelled order");
+                released.push(Incoming::learned(Effect::Released(order_id)));
+            }
+            Answer::Known(_) | Answer::Unknown => send_again(db, order_id).await?,
+            Answer::Unreachable => break,
+            Answer::Unexpected(status) => {
+                tracing::warn!(%order_id, status, "unexpected answer from inventory")
+            }
+        }
+    }
+    // Recorded through the consumer's path, as an `inventory.released` would be.
+    let mut tx = db.begin().await?;
+    settle::settle_all(&mut tx, &released).await?;
+    tx.commit().await?;
+    Ok(stale.len())
+}
+
+async fn send_again(db: &PgPool, order_id: OrderId) -> sqlx::Result<()> {
+    let mut tx = db.begin().await?;
+    if crate::orders::queries::cancellation_pending(&mut tx, order_id).await? {
+        // The relay has not published the last one yet (broker down, backing off): another
+        // copy would only queue up behind it.
+        tracing::debug!(%order_id, "a cancellation still waits in the outbox");
+        return Ok(());
+    }
+    tracing::info!(%order_id, "stock may still be held for a cancelled order; sending its cancellation again");
+    settle::request_release(&mut tx, order_id, &TraceContext::new_root()).await?;
+    tx.commit().await
+}

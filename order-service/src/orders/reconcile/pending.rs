@@ -1,0 +1,77 @@
+//! `PENDING` orders that waited too long: a known verdict settles the order; no record at
+//! all means inventory never saw the order, so its `order.created` is published again.
+
+use platform::http::TraceContext;
+use platform::outbox::NewOutboxRow;
+use shared::events::{Envelope, OrderCreated, OrderEvent};
+use shared::ids::{OrderId, UserId};
+use shared::keys;
+use sqlx::PgPool;
+
+use super::ReconcileSettings;
+use super::inventory::{Answer, Inventory, ReservationState};
+use crate::orders::queries::OrderRow;
+use crate::orders::settle::{self, Effect, Incoming, Verdict};
+
+pub(super) async fn reconcile(
+    db: &PgPool,
+    inventory: &Inventory<'_>,
+    settings: &ReconcileSettings,
+) -> anyhow::Result<usize> {
+    let stale = crate::orders::queries::claim_stale_pending(
+        &mut *db.acquire().await?,
+        settings.after,
+        settings.batch,
+    )
+    .await?;
+    let mut learned = Vec::new();
+    let mut unseen = Vec::new();
+    for order in &stale {
+        let order_id = OrderId(order.order_id);
+        match inventory.reservation(order_id).await? {
+            Answer::Known(reservation) => {
+                let verdict = match (reservation.state, reservation.rejection_reason) {
+                    (ReservationState::Applied, _) => Verdict::Reserved,
+                    (ReservationState::Rejected, Some(reason)) => Verdict::Rejected(reason),
+                    (state, _) => {
+                        tracing::warn!(%order_id, ?state, "pending order with a final reservation state");
+                        continue;
+                    }
+                };
+                tracing::info!(%order_id, ?verdict, "settled by reconciliation");
+                learned.push(Incoming::learned(Effect::Verdict(order_id, verdict)));
+            }
+            Answer::Unknown => {
+                tracing::info!(%order_id, "inventory never saw this order; publishing it again");
+                unseen.push(republication(order)?);
+            }
+            Answer::Unreachable => break,
+            Answer::Unexpected(status) => {
+                tracing::warn!(%order_id, status, "unexpected answer from inventory")
+            }
+        }
+    }
+    // What was learned goes through the consumer's path, in one transaction.
+    let mut tx = db.begin().await?;
+    let settled = settle::settle_all(&mut tx, &learned).await?;
+    platform::batch_writes::enqueue_all(&mut tx, unseen).await?;
+    tx.commit().await?;
+    settled
+        .transitions
+        .into_iter()
+        .for_each(settle::Transition::record);
+    Ok(stale.len())
+}
+
+/// The order's `order.created` again, as a new event (inventory handles an order once,
+/// whichever copy comes first).
+fn republication(order: &OrderRow) -> sqlx::Result<NewOutboxRow> {
+    let event = Envelope::new(OrderEvent::Created(OrderCreated {
+        order_id: OrderId(order.order_id),
+        user_id: UserId(order.user_id),
+        items: order.items.0.clone(),
+        amount: order.amount,
+    }));
+    NewOutboxRow::new(keys::ORDERS_EXCHANGE, &event, &TraceContext::new_root())
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))
+}

@@ -1,0 +1,190 @@
+//! Settling a batch of what inventory said in one transaction: the orders locked in one
+//! statement, each event judged in arrival order against what the earlier ones left, then
+//! the status changes, releases, message ids and outbox rows written in one statement each.
+//! It is the one path for these writes: the consumer's events and what reconciliation learns
+//! by asking inventory (events that came in no message) both go through [`settle_all`].
+//!
+//! The outcome of every event is the one handling them one at a time would give: a
+//! duplicate (its id recorded before, or earlier in the batch) changes nothing; a verdict
+//! moves a `PENDING` order; a later verdict for the same order is late and ignored; a
+//! reservation for a cancelled order asks for a release again.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use platform::consumer::Handled;
+use platform::http::TraceContext;
+use platform::outbox::NewOutboxRow;
+use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
+use shared::ids::OrderId;
+use shared::keys;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::{Transition, Verdict, target};
+use crate::orders::OrderStatus;
+
+/// What an event asks of its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    Verdict(OrderId, Verdict),
+    /// The cancelled order's stock is back.
+    Released(OrderId),
+}
+
+impl Effect {
+    fn order_id(self) -> OrderId {
+        match self {
+            Self::Verdict(order_id, _) | Self::Released(order_id) => order_id,
+        }
+    }
+}
+
+/// One event of the batch.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// The message it came in, recorded so that a redelivery is a duplicate; `None` for what
+    /// reconciliation learned from inventory's record.
+    pub message: Option<MessageKey>,
+    pub effect: Effect,
+    pub trace: TraceContext,
+}
+
+/// A message's id and routing key, as `processed_messages` records them.
+#[derive(Debug, Clone)]
+pub struct MessageKey {
+    pub id: Uuid,
+    pub kind: String,
+}
+
+impl Incoming {
+    /// What reconciliation learned of an order from inventory's record.
+    pub fn learned(effect: Effect) -> Self {
+        Self {
+            message: None,
+            effect,
+            trace: TraceContext::new_root(),
+        }
+    }
+}
+
+/// What a batch did: one [`Handled`] per event, and the transitions to count after commit.
+#[derive(Debug)]
+pub struct Settled {
+    pub handled: Vec<Handled>,
+    pub transitions: Vec<Transition>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    /// Another consumer recorded one of the message ids meanwhile: roll back, try again.
+    #[error("a message of the batch was recorded by another consumer meanwhile")]
+    Raced,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// An order as the batch sees it so far.
+struct Order {
+    status: OrderStatus,
+    released: bool,
+    created_at: DateTime<Utc>,
+}
+
+/// Settles `incoming` inside the caller's transaction; the caller commits.
+pub async fn settle_all(
+    conn: &mut PgConnection,
+    incoming: &[Incoming],
+) -> Result<Settled, SettleError> {
+    let mut order_ids: Vec<Uuid> = incoming.iter().map(|i| i.effect.order_id().0).collect();
+    order_ids.sort_unstable();
+    order_ids.dedup();
+    // Locked before looking at message ids: a redelivery of the same event to another
+    // consumer waits here, then finds the id recorded.
+    let mut orders = HashMap::new();
+    for row in crate::orders::queries::lock_for_settlement(conn, &order_ids).await? {
+        let order = Order {
+            status: row.status,
+            released: row.released,
+            created_at: row.created_at,
+        };
+        orders.insert(row.order_id, order);
+    }
+    let ids: Vec<Uuid> = incoming
+        .iter()
+        .filter_map(|i| i.message.as_ref().map(|m| m.id))
+        .collect();
+    let mut seen: HashSet<Uuid> = platform::batch_writes::recorded_among(conn, &ids)
+        .await?
+        .into_iter()
+        .collect();
+
+    let mut handled = Vec::with_capacity(incoming.len());
+    let mut recorded = Vec::new();
+    let mut settled: Vec<(Uuid, OrderStatus, Option<RejectionReason>)> = Vec::new();
+    let mut released = Vec::new();
+    let mut outbox = Vec::new();
+    let mut transitions = Vec::new();
+    for event in incoming {
+        if let Some(message) = &event.message {
+            if !seen.insert(message.id) {
+                handled.push(Handled::Duplicate);
+                continue;
+            }
+            recorded.push((message.id, message.kind.as_str()));
+        }
+        handled.push(Handled::Applied);
+        let order_id = event.effect.order_id();
+        let Some(order) = orders.get_mut(&order_id.0) else {
+            tracing::warn!(%order_id, "event for an unknown order ignored");
+            continue;
+        };
+        match event.effect {
+            Effect::Verdict(_, verdict) if order.status == OrderStatus::Pending => {
+                let (to, reason) = target(verdict);
+                order.status = to;
+                settled.push((order_id.0, to, reason));
+                transitions.push(Transition::left_pending(to, order.created_at));
+            }
+            Effect::Verdict(_, Verdict::Reserved) if order.status == OrderStatus::Cancelled => {
+                tracing::info!(%order_id, "stock reserved for a cancelled order; asking for its release");
+                outbox.push(release_request(order_id, &event.trace)?);
+            }
+            Effect::Verdict(..) => {
+                tracing::debug!(%order_id, status = order.status.as_str(), "late verdict ignored");
+            }
+            Effect::Released(_) => {
+                if order.status == OrderStatus::Cancelled && !order.released {
+                    order.released = true;
+                    released.push(order_id.0);
+                }
+            }
+        }
+    }
+
+    let moved = crate::orders::queries::settle_pending_all(conn, &settled).await?;
+    if moved != settled.len() as u64 {
+        // The rows are locked: only a concurrent change this code does not know could do it.
+        return Err(SettleError::Raced);
+    }
+    crate::orders::queries::record_released_all(conn, &released).await?;
+    if platform::batch_writes::record_all(conn, &recorded).await? != recorded.len() as u64 {
+        return Err(SettleError::Raced);
+    }
+    platform::batch_writes::enqueue_all(conn, outbox).await?;
+    Ok(Settled {
+        handled,
+        transitions,
+    })
+}
+
+/// The `order.cancelled` that asks inventory to give an order's stock back: a new event each
+/// time (inventory releases at most once, however many copies arrive). Built here only.
+pub(crate) fn release_request(
+    order_id: OrderId,
+    trace: &TraceContext,
+) -> sqlx::Result<NewOutboxRow> {
+    let event = Envelope::new(OrderEvent::Cancelled(OrderCancelled { order_id }));
+    NewOutboxRow::new(keys::ORDERS_EXCHANGE, &event, trace)
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))
+}

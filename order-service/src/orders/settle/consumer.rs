@@ -1,0 +1,73 @@
+//! Consumes `inventory.*` events in batches: a batch is settled in one transaction
+//! ([`settle::settle_all`]) and committed once, whatever its size (a batch of one takes the
+//! same path).
+//!
+//! A message that cannot be parsed is poison on its own. A batch that fails as a whole is
+//! settled again one message at a time by the consumer loop ([`platform::consumer::handle`]).
+//!
+//! `inventory.released` records on the cancelled order that its stock is back, so
+//! reconciliation stops asking inventory about it.
+
+use platform::consumer::{ConsumeError, Handler, Message, Outcome};
+use platform::outbox::OutboxSignal;
+use shared::events::{Envelope, InventoryEvent};
+use sqlx::PgPool;
+
+use crate::orders::settle::{self, Effect, Incoming, MessageKey, SettleError, Verdict};
+
+#[derive(Debug, Clone)]
+pub struct InventoryEvents {
+    pub db: PgPool,
+    /// A verdict for a cancelled order writes a release request to the outbox.
+    pub outbox: OutboxSignal,
+}
+
+impl Handler for InventoryEvents {
+    type Work = Incoming;
+
+    fn parse(&self, message: &Message) -> Result<Incoming, ConsumeError> {
+        let envelope: Envelope<InventoryEvent> = serde_json::from_slice(&message.body)
+            .map_err(|e| ConsumeError::Poison(format!("not an inventory event: {e}")))?;
+        let effect = match &envelope.event {
+            InventoryEvent::Reserved(e) => Effect::Verdict(e.order_id, Verdict::Reserved),
+            InventoryEvent::Rejected(e) => Effect::Verdict(e.order_id, Verdict::Rejected(e.reason)),
+            InventoryEvent::Released(e) => Effect::Released(e.order_id),
+        };
+        Ok(Incoming {
+            message: Some(MessageKey {
+                id: envelope.event_id,
+                kind: message.routing_key.clone(),
+            }),
+            effect,
+            trace: message.trace.clone(),
+        })
+    }
+
+    async fn apply_batch(&self, incoming: &[Incoming]) -> Result<Vec<Outcome>, ConsumeError> {
+        self.settle(incoming).await
+    }
+}
+
+impl InventoryEvents {
+    /// Settles `incoming` in one transaction: one outcome per event, or the error of all.
+    async fn settle(&self, incoming: &[Incoming]) -> Result<Vec<Outcome>, ConsumeError> {
+        if incoming.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.db.begin().await?;
+        let settled = match settle::settle_all(&mut tx, incoming).await {
+            Ok(settled) => settled,
+            Err(SettleError::Raced) => {
+                return Err(ConsumeError::Contention(SettleError::Raced.to_string()));
+            }
+            Err(SettleError::Database(error)) => return Err(error.into()),
+        };
+        tx.commit().await?;
+        self.outbox.wake();
+        settled
+            .transitions
+            .into_iter()
+            .for_each(settle::Transition::record);
+        Ok(settled.handled.into_iter().map(Ok).collect())
+    }
+}

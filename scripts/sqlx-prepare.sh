@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Checks the offline query data in .sqlx/ against the migrations: scratch databases are
+# created and migrated from scratch, then every `sqlx::query!` of the workspace is compiled
+# against them. With --write, rewrites .sqlx/ instead (run it after changing a statement or
+# a migration, and commit the result).
+#
+# Each crate names its database in its sqlx.toml: ORDER_DATABASE_URL (order-service),
+# INVENTORY_DATABASE_URL (inventory-service), PLATFORM_DATABASE_URL (platform, whose
+# statements touch only the tables both services have). SQLX_CHECK_SERVER overrides the
+# PostgreSQL server the scratch databases live on.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-}"
+
+server="${SQLX_CHECK_SERVER:-postgres://postgres@127.0.0.1:5432}"
+export ORDER_DATABASE_URL="$server/sqlx_check_orders"
+export INVENTORY_DATABASE_URL="$server/sqlx_check_inventory"
+export PLATFORM_DATABASE_URL="$ORDER_DATABASE_URL"
+# The CLI wants a URL of its own before it runs the build; the macros use the three above.
+export DATABASE_URL="$ORDER_DATABASE_URL"
+# This script alone compiles the statements against live databases.
+export SQLX_OFFLINE=false
+
+command -v sqlx >/dev/null || {
+  echo "sqlx-cli is missing: cargo install sqlx-cli --version 0.9.0 --locked --no-default-features --features postgres,rustls,sqlx-toml" >&2
+  exit 1
+}
+scratch() { # service url
+  sqlx database drop -y --database-url "$2" >/dev/null
+  sqlx database create --database-url "$2"
+  sqlx migrate run --source "migrations/$1" --database-url "$2" >/dev/null
+}
+scratch order-service "$ORDER_DATABASE_URL"
+scratch inventory-service "$INVENTORY_DATABASE_URL"
+
+if [ "$mode" = --write ]; then
+  cargo sqlx prepare --workspace -- --all-targets
+else
+  cargo sqlx prepare --workspace --check -- --all-targets
+fi
