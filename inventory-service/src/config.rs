@@ -3,10 +3,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use platform::config::{self, MessagingConfig};
+use platform::config;
 use platform::http::{Cors, RateLimit};
-use platform::redis_conn::Sentinels;
-use platform::tls::ClientTls;
+use platform::messaging::MessagingConfig;
+use platform::storage::redis::Sentinels;
+use platform::storage::tls::ClientTls;
 
 /// Everything the service reads from its environment, read once at start.
 #[derive(Debug, Clone)]
@@ -34,7 +35,7 @@ pub struct Config {
     pub redis_timeout: Duration,
     /// `AMQP_URL`: the RabbitMQ broker. Default `amqp://guest:guest@127.0.0.1:5672/%2f`. Or
     /// `AMQP_URLS`: the nodes of a RabbitMQ cluster, comma-separated, tried in turn (see
-    /// `platform::amqp`). Never empty.
+    /// `platform::messaging::broker`). Never empty.
     pub amqp_urls: Vec<String>,
     /// `ADMIN_TOKEN`: the bearer token admin endpoints require. Unset (the default): every
     /// admin request answers 401, and a warning is logged at start.
@@ -47,7 +48,7 @@ pub struct Config {
     pub lock_wait: Duration,
     /// `REQUEST_TIMEOUT_SECS`: an HTTP request still running after this answers 503. Default `10`.
     pub request_timeout: Duration,
-    /// Relay, consumer and retention knobs (see `platform::config::MessagingConfig`).
+    /// Relay, consumer and retention knobs (see `platform::messaging::MessagingConfig`).
     pub messaging: MessagingConfig,
     /// `RATE_LIMIT_PER_SEC` (0: off, the default) and `RATE_LIMIT_BURST` (0 or unset: the
     /// rate), per client address.
@@ -77,7 +78,7 @@ impl Default for Config {
             redis_url: "redis://127.0.0.1:6379/0".to_owned(),
             redis_sentinels: None,
             redis_key_prefix: String::new(),
-            redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
+            redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
             amqp_urls: vec!["amqp://guest:guest@127.0.0.1:5672/%2f".to_owned()],
             admin_token: None,
             lock_ttl: Duration::from_millis(10_000),

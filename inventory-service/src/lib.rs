@@ -15,13 +15,13 @@ use std::sync::{Arc, LazyLock};
 
 use anyhow::Context;
 use axum::Router;
-use platform::amqp::Broker;
-use platform::background::Messaging;
-use platform::db::PoolSettings;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
-use platform::outbox::OutboxSignal;
-use platform::redis_health::{self, RedisHealth};
+use platform::messaging::background::Messaging;
+use platform::messaging::broker::Broker;
+use platform::messaging::outbox::OutboxSignal;
+use platform::storage::postgres::PoolSettings;
+use platform::storage::redis::health::{self as redis_health, RedisHealth};
 use shared::keys::{self, RedisKeys};
 use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
@@ -67,10 +67,14 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         max_connections: config.database_max_connections,
         ..PoolSettings::default()
     };
-    let db = platform::db::connect_and_migrate(&config.database_urls, &settings, &MIGRATOR)
-        .await
-        .context("preparing the database")?;
-    let redis = platform::redis_conn::connect_with_timeout(
+    let db = platform::storage::postgres::connect_and_migrate(
+        &config.database_urls,
+        &settings,
+        &MIGRATOR,
+    )
+    .await
+    .context("preparing the database")?;
+    let redis = platform::storage::redis::connect_with_timeout(
         &config.redis_url,
         config.redis_sentinels.as_ref(),
         config.redis_timeout,
@@ -148,7 +152,7 @@ pub async fn serve(
         handler,
         &shutdown,
     );
-    tasks.spawn(platform::background::keep_running(
+    tasks.spawn(platform::messaging::background::keep_running(
         "redis health",
         shutdown.clone(),
         {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use platform::http::metrics::zero_counter;
+use platform::telemetry::metrics::zero_counter;
 
 /// `lock_acquisitions_total{result}`: one per acquisition of the locks a deduction needs
 /// (`acquired`, `timeout`, `bypassed` when Redis was unreachable), plus one `lost` per
@@ -29,9 +29,9 @@ pub enum LockResult {
 
 /// Installs the recorder (once per process) and registers every metric at zero.
 pub fn register() {
-    platform::http::metrics::handle();
-    platform::relay::register_metrics();
-    platform::consumer::register_metrics();
+    platform::telemetry::metrics::handle();
+    platform::messaging::relay::register_metrics();
+    platform::messaging::consumer::register_metrics();
     metrics::describe_counter!(
         LOCK_ACQUISITIONS_TOTAL,
         "Stock lock acquisitions, by result: acquired, timeout, lost, bypassed"

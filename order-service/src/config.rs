@@ -6,10 +6,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
-use platform::config::{self as env, MessagingConfig};
+use platform::config as env;
 use platform::http::{Cors, RateLimit};
-use platform::redis_conn::Sentinels;
-use platform::tls::ClientTls;
+use platform::messaging::MessagingConfig;
+use platform::storage::redis::Sentinels;
+use platform::storage::tls::ClientTls;
 
 use crate::identity::IdentityConfig;
 use crate::tokens::signed::TokenSecret;
@@ -36,7 +37,7 @@ pub struct Config {
     /// answers again). Default `500`.
     pub redis_timeout: Duration,
     /// `AMQP_URL`: RabbitMQ, including the vhost; or `AMQP_URLS`: the nodes of a RabbitMQ
-    /// cluster, comma-separated, tried in turn (see `platform::amqp`). Never empty.
+    /// cluster, comma-separated, tried in turn (see `platform::messaging::broker`). Never empty.
     pub amqp_urls: Vec<String>,
     /// `ADMIN_TOKEN`: bearer token of the admin endpoints; unset refuses them all.
     pub admin_token: Option<String>,
@@ -55,7 +56,7 @@ pub struct Config {
     pub reconcile_every: Duration,
     /// `INTAKE_BATCH_MAX`: the most orders one intake commit writes (at least 1). Default 64.
     pub intake_batch_max: usize,
-    /// Relay, consumer and retention knobs (see `platform::config::MessagingConfig`).
+    /// Relay, consumer and retention knobs (see `platform::messaging::MessagingConfig`).
     pub messaging: MessagingConfig,
     /// `RATE_LIMIT_PER_SEC` (0: off) and `RATE_LIMIT_BURST` (0: the rate), per client address.
     pub rate_limit: RateLimit,

@@ -16,11 +16,11 @@ use std::sync::{Arc, LazyLock};
 
 use anyhow::Context;
 use axum::Router;
-use platform::amqp::Broker;
-use platform::background::{Messaging, keep_running};
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
-use platform::outbox::OutboxSignal;
+use platform::messaging::background::{Messaging, keep_running};
+use platform::messaging::broker::Broker;
+use platform::messaging::outbox::OutboxSignal;
 use shared::keys::{self, RedisKeys};
 use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
@@ -36,7 +36,7 @@ use crate::orders::settle::consumer::InventoryEvents;
 use crate::state::AppState;
 use crate::tokens::signed::{TokenSecret, TokenSigner};
 use crate::tokens::store::TokenStore;
-use platform::redis_health::{self, RedisHealth};
+use platform::storage::redis::health::{self as redis_health, RedisHealth};
 
 /// The service's migrations, embedded. During a rolling update an instance of the previous
 /// release may (re)start after a newer one migrated: migrations only expand what older code
@@ -52,14 +52,18 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     metrics::register();
     orders::intake::register_metrics();
-    let settings = platform::db::PoolSettings {
+    let settings = platform::storage::postgres::PoolSettings {
         max_connections: config.database_max_connections,
         ..Default::default()
     };
-    let db = platform::db::connect_and_migrate(&config.database_urls, &settings, &MIGRATOR)
-        .await
-        .context("preparing the orders database")?;
-    let redis = platform::redis_conn::connect_with_timeout(
+    let db = platform::storage::postgres::connect_and_migrate(
+        &config.database_urls,
+        &settings,
+        &MIGRATOR,
+    )
+    .await
+    .context("preparing the orders database")?;
+    let redis = platform::storage::redis::connect_with_timeout(
         &config.redis_url,
         config.redis_sentinels.as_ref(),
         config.redis_timeout,

@@ -1,15 +1,15 @@
 //! order-service's own metrics (docs/contract.md §5); HTTP, outbox and consumer metrics live in `platform`.
 
-use platform::http::metrics::{zero_counter, zero_histogram};
+use platform::telemetry::metrics::{zero_counter, zero_histogram};
 
 pub const ORDER_TRANSITIONS_TOTAL: &str = "order_transitions_total";
 pub const ORDER_END_TO_END_SECONDS: &str = "order_end_to_end_seconds";
 
 /// Describes the metrics and exposes each at zero before its first event.
 pub fn register() {
-    platform::http::metrics::handle();
-    platform::relay::register_metrics();
-    platform::consumer::register_metrics();
+    platform::telemetry::metrics::handle();
+    platform::messaging::relay::register_metrics();
+    platform::messaging::consumer::register_metrics();
     metrics::describe_counter!(ORDER_TRANSITIONS_TOTAL, "Orders entering each status");
     metrics::describe_histogram!(
         ORDER_END_TO_END_SECONDS,

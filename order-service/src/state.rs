@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use axum::extract::FromRef;
-use platform::amqp::Broker;
 use platform::http::AdminToken;
 use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
-use platform::outbox::OutboxSignal;
-use platform::redis_conn::RedisConnection;
-use platform::redis_health::RedisHealth;
+use platform::messaging::broker::Broker;
+use platform::messaging::outbox::OutboxSignal;
+use platform::storage::redis::RedisConnection;
+use platform::storage::redis::health::RedisHealth;
 use sqlx::PgPool;
 
 use crate::config::Config;

@@ -106,7 +106,7 @@ pub fn database_urls(default: &str) -> anyhow::Result<Vec<String>> {
         bail!("environment variable {name} names no URL");
     }
     for url in &urls {
-        crate::db::connect_options(url)
+        crate::storage::postgres::connect_options(url)
             .with_context(|| format!("environment variable {name} is not valid"))?;
     }
     Ok(urls)
@@ -160,67 +160,6 @@ fn check_amqp_url(url: &str) -> anyhow::Result<()> {
     url.parse::<lapin::uri::AMQPUri>()
         .map(drop)
         .map_err(|e| anyhow!("{e}"))
-}
-
-/// Messaging knobs both services read the same way.
-#[derive(Debug, Clone)]
-pub struct MessagingConfig {
-    /// `RELAY_BATCH_SIZE` (200), `OUTBOX_MAX_ATTEMPTS` (10), `OUTBOX_RETRY_BASE_MS` (200),
-    /// `OUTBOX_RETRY_MAX_SECS` (60), and `BATCH_LINGER_MS` (2): how long the relay and the
-    /// consumers, while busy, wait for a batch to fill (0: never; see [`crate::linger`]).
-    pub relay: crate::relay::RelaySettings,
-    /// `RETENTION_SECS` (604800 = 7 days): how long sent outbox rows and processed message
-    /// ids are kept.
-    pub retention: crate::outbox::Retention,
-    /// `CONSUMER_CONCURRENCY` (1): channels consuming the queue at once, each handling one
-    /// batch of up to `CONSUMER_PREFETCH` deliveries at a time.
-    pub consumer_concurrency: usize,
-    /// `CONSUMER_PREFETCH` (256): deliveries the broker sends ahead of acks. Also the largest
-    /// batch: at 64, a flash sale left the consumers a growing backlog; 1,024 made each batch
-    /// (and so the lock hold and the transaction) long enough to cost more than it saved.
-    pub consumer_prefetch: u16,
-    /// `VACUUM_EVERY_SECS` (15): how often the busiest tables are vacuumed while PostgreSQL's
-    /// autovacuum is off.
-    pub vacuum_every: Duration,
-}
-
-impl MessagingConfig {
-    pub fn from_env() -> anyhow::Result<Self> {
-        Ok(Self {
-            relay: crate::relay::RelaySettings {
-                batch_size: at_least("RELAY_BATCH_SIZE", 200, 1)?,
-                max_attempts: at_least("OUTBOX_MAX_ATTEMPTS", 10, 1)?,
-                base_backoff: millis_at_least("OUTBOX_RETRY_BASE_MS", 200, 1)?,
-                max_backoff: positive_secs("OUTBOX_RETRY_MAX_SECS", 60)?,
-                linger: crate::linger::Linger::new(millis_at_least(
-                    "BATCH_LINGER_MS",
-                    crate::linger::DEFAULT_WAIT_MS,
-                    0,
-                )?),
-                ..Default::default()
-            },
-            retention: crate::outbox::Retention {
-                keep: positive_secs("RETENTION_SECS", 7 * 24 * 3600)?,
-                ..Default::default()
-            },
-            consumer_concurrency: at_least("CONSUMER_CONCURRENCY", 1, 1)?,
-            // 0 means "unlimited" to AMQP: the broker would push the whole queue at once.
-            consumer_prefetch: at_least("CONSUMER_PREFETCH", 256, 1)?,
-            vacuum_every: positive_secs("VACUUM_EVERY_SECS", 15)?,
-        })
-    }
-}
-
-impl Default for MessagingConfig {
-    fn default() -> Self {
-        Self {
-            relay: Default::default(),
-            retention: Default::default(),
-            consumer_concurrency: 1,
-            consumer_prefetch: 256,
-            vacuum_every: Duration::from_secs(15),
-        }
-    }
 }
 
 #[cfg(test)]

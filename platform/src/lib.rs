@@ -1,23 +1,18 @@
-//! The plumbing both services run on, so each service's own code is only its domain:
-//! configuration helpers, telemetry, shutdown, database bootstrap, the HTTP edge
-//! (problem+json everywhere, request ids, trace context, metrics, health, admin auth,
-//! pagination), the Redis connection, and the messaging machinery (broker supervision and
-//! topology, transactional outbox and relay, consumer loop with deduplication).
+//! The plumbing both services run on, in layers, so each service's own code is only its
+//! domain:
+//! - [`http`]: the edge (problem+json everywhere, request ids, metrics, health, admin auth,
+//!   CORS, rate limits, pagination);
+//! - [`messaging`]: the broker and its topology, the transactional outbox and its relay, the
+//!   consumer loop, the ids of processed messages;
+//! - [`storage`]: PostgreSQL (pools, the primary, vacuum), Redis (connection, Sentinel,
+//!   health) and the TLS both use;
+//! - [`telemetry`]: logs, traces and the trace context events carry;
+//! - [`config`], [`retry`] and [`shutdown`]: the helpers every layer uses.
 
-pub mod amqp;
-pub mod background;
-pub mod batch_writes;
 pub mod config;
-pub mod consumer;
-pub mod db;
 pub mod http;
-pub mod linger;
-pub mod outbox;
-pub mod redis_conn;
-pub mod redis_health;
-pub mod relay;
+pub mod messaging;
 pub mod retry;
 pub mod shutdown;
+pub mod storage;
 pub mod telemetry;
-pub mod tls;
-pub mod vacuum;

@@ -25,7 +25,7 @@ impl AmqpProbe {
             .await
             .expect("AMQP connection");
         let channel = conn.create_channel().await.expect("channel");
-        platform::amqp::declare_topology(&channel)
+        platform::messaging::topology::declare_topology(&channel)
             .await
             .expect("topology");
         Self {

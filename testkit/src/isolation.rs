@@ -34,9 +34,9 @@ impl TestDatabase {
     pub async fn create(prefix: &str, migrator: &Migrator) -> Self {
         let name = format!("t_{}_{}", prefix.replace('-', "_"), Uuid::new_v4().simple());
         let url = format!("{}/{name}", database_server());
-        let pool = platform::db::connect_and_migrate(
+        let pool = platform::storage::postgres::connect_and_migrate(
             std::slice::from_ref(&url),
-            &platform::db::PoolSettings::default(),
+            &platform::storage::postgres::PoolSettings::default(),
             migrator,
         )
         .await

@@ -53,7 +53,7 @@ impl PrivateRedis {
                 "no".into(),
             ],
         );
-        let trusted = platform::tls::CaBundle::load(ca.ca_file()).expect("the test CA");
+        let trusted = platform::storage::tls::CaBundle::load(ca.ca_file()).expect("the test CA");
         let client = redis::Client::build_with_tls(
             server.url.as_str(),
             redis::TlsCertificates {

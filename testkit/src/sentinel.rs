@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::eventually;
 use crate::tls::TestCa;
-use platform::redis_conn::Sentinels;
+use platform::storage::redis::Sentinels;
 
 /// The name the Sentinels monitor the primary under.
 pub const MASTER: &str = "private";

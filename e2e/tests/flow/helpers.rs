@@ -81,7 +81,7 @@ impl Stack {
             redis_url: testkit::redis_url(),
             redis_sentinels: None,
             redis_key_prefix: testkit::redis_prefix(),
-            redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
+            redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
             amqp_urls: vec![vhost.url.clone()],
             admin_token: Some(ADMIN.into()),
             inventory_url: format!("http://{inventory_addr}"),

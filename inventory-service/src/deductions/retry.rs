@@ -29,7 +29,7 @@ impl AttemptError {
             // PostgreSQL undid the transaction because of another one: a deadlock, or
             // `apply_deductions` finding an id of its batch recorded meanwhile.
             Self::Api(ApiError::Database(error)) => {
-                platform::consumer::is_database_contention(error)
+                platform::messaging::consumer::is_database_contention(error)
             }
             _ => false,
         }
@@ -46,7 +46,7 @@ impl From<AttemptError> for ApiError {
                 "the stock lock kept being lost under this deduction; retry shortly".to_owned(),
             ),
             AttemptError::Api(ApiError::Database(error))
-                if platform::consumer::is_database_contention(&error) =>
+                if platform::messaging::consumer::is_database_contention(&error) =>
             {
                 Self::Busy("other writers kept getting in the way; retry shortly".to_owned())
             }

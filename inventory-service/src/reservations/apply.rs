@@ -12,8 +12,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use platform::consumer::Handled;
-use platform::http::TraceContext;
+use platform::messaging::consumer::Handled;
+use platform::telemetry::TraceContext;
 use shared::events::{OrderCancelled, OrderCreated};
 use shared::ids::{OrderId, ProductId};
 use shared::keys;
@@ -71,7 +71,7 @@ pub async fn apply(conn: &mut PgConnection, works: &[Work]) -> Result<Vec<Handle
     let order_ids: Vec<Uuid> = works.iter().map(|w| w.event.order_id().0).collect();
     queries::lock_orders(conn, &order_ids).await?;
     let ids: Vec<Uuid> = works.iter().map(|w| w.message_id).collect();
-    let seen: HashSet<Uuid> = platform::batch_writes::recorded_among(conn, &ids)
+    let seen: HashSet<Uuid> = platform::messaging::processed::recorded_among(conn, &ids)
         .await?
         .into_iter()
         .collect();
@@ -152,11 +152,11 @@ async fn write(
     queries::insert_all(conn, &inserted).await?;
     let released: Vec<Uuid> = released.iter().map(|k| k.reservation.order_id.0).collect();
     queries::set_state_all(conn, &released, ReservationState::Released).await?;
-    if platform::batch_writes::record_all(conn, &recorded).await? != recorded.len() as u64 {
+    if platform::messaging::processed::record_all(conn, &recorded).await? != recorded.len() as u64 {
         return Err(BatchError::Contended(
             "a message was recorded by another consumer",
         ));
     }
-    platform::batch_writes::enqueue_all(conn, outbox).await?;
+    platform::messaging::outbox::enqueue_all(conn, outbox).await?;
     Ok(handled)
 }

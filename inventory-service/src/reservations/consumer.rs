@@ -9,14 +9,14 @@
 //!
 //! A message that cannot be parsed, or an `order.created` order-service would never send, is
 //! poison on its own. A batch that fails as a whole is applied again one message at a time by
-//! the consumer loop ([`platform::consumer::handle`]).
+//! the consumer loop ([`platform::messaging::consumer::handle`]).
 //!
 //! A batch of one takes the same path: there is no other way to reserve stock for an order.
 
 use std::collections::HashSet;
 
-use platform::consumer::{ConsumeError, Handled, Handler, Message, Outcome};
-use platform::outbox::OutboxSignal;
+use platform::messaging::consumer::{ConsumeError, Handled, Handler, Message, Outcome};
+use platform::messaging::outbox::OutboxSignal;
 use shared::events::{Envelope, LineItem, OrderEvent};
 use shared::ids::{OrderId, ProductId};
 

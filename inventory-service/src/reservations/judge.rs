@@ -7,9 +7,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use platform::consumer::Handled;
-use platform::http::TraceContext;
-use platform::outbox::NewOutboxRow;
+use platform::messaging::consumer::Handled;
+use platform::messaging::outbox::NewOutboxRow;
+use platform::telemetry::TraceContext;
 use shared::events::{
     Envelope, InventoryEvent, LineItem, OrderCreated, RejectionReason, StockRejected,
     StockReleased, StockReserved,

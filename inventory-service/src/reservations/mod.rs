@@ -1,6 +1,6 @@
 //! inventory-service's side of the saga: reserving stock for new orders and giving it back
 //! for cancelled ones ([`consumer`], `apply`), and what happened to each order's stock
-//! ([`queries`], [`routes`]). The relay itself lives in `platform::relay`.
+//! ([`queries`], [`routes`]). The relay itself lives in `platform::messaging::relay`.
 
 mod apply;
 pub mod consumer;

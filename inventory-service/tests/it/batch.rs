@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use inventory_service::reservations::consumer::OrderEvents;
 use inventory_service::stock::lock::{LockOptions, Locker};
-use platform::consumer::{Message, Outcome};
-use platform::http::TraceContext;
-use platform::outbox::OutboxSignal;
-use platform::redis_health::RedisHealth;
+use platform::messaging::consumer::{Message, Outcome};
+use platform::messaging::outbox::OutboxSignal;
+use platform::storage::redis::health::RedisHealth;
+use platform::telemetry::TraceContext;
 use serde_json::{Value, json};
 use shared::ids::ProductId;
 use shared::keys::{self, RedisKeys};
@@ -27,7 +27,7 @@ struct Setup {
 }
 
 fn locker(prefix: &str) -> Locker {
-    let redis = platform::redis_conn::connect(&redis_url()).expect("a Redis manager");
+    let redis = platform::storage::redis::connect(&redis_url()).expect("a Redis manager");
     let options = LockOptions {
         ttl: Duration::from_secs(10),
         wait: Duration::from_secs(5),
@@ -109,7 +109,7 @@ async fn events(pool: &PgPool) -> Vec<String> {
 fn labels(outcomes: &[Outcome]) -> Vec<&'static str> {
     outcomes
         .iter()
-        .map(platform::consumer::result_label)
+        .map(platform::messaging::consumer::result_label)
         .collect()
 }
 
@@ -126,7 +126,7 @@ async fn each_order_of_a_batch_is_judged_against_the_stock_the_earlier_ones_left
         created(b, &[(1, 4)]),
         created(c, &[(1, 3)]),
     ];
-    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
+    let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["applied"; 3]);
     assert_eq!(state(&s.db.pool, a).await, applied("APPLIED"));
     assert_eq!(
@@ -162,7 +162,7 @@ async fn a_poison_message_inside_a_batch_fails_alone() {
         created(Uuid::now_v7(), &[(1, 0)]),
         created(b, &[(1, 1)]),
     ];
-    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
+    let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(
         labels(&outcomes),
         ["applied", "dead_lettered", "dead_lettered", "applied"]
@@ -189,7 +189,7 @@ async fn a_message_that_fails_inside_a_batch_fails_alone() {
         created(bad, &[(1, 1)]),
         created(c, &[(1, 1)]),
     ];
-    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
+    let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["applied", "retried", "applied"]);
     assert_eq!(state(&s.db.pool, bad).await, None);
     assert_eq!(
@@ -212,7 +212,7 @@ async fn a_creation_and_its_cancellation_in_one_batch_keep_the_saga_rules() {
         cancelled(first_cancelled),
         created(first_cancelled, &[(1, 3)]),
     ];
-    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
+    let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["applied"; 5]);
     assert_eq!(state(&s.db.pool, first_created).await, applied("RELEASED"));
     assert_eq!(
@@ -236,13 +236,15 @@ async fn a_seen_message_or_a_seen_order_deducts_nothing_and_is_answered_again() 
     let order = Uuid::now_v7();
     let first = created(order, &[(1, 2)]);
     assert_eq!(
-        labels(&platform::consumer::handle(&s.handler, std::slice::from_ref(&first)).await),
+        labels(
+            &platform::messaging::consumer::handle(&s.handler, std::slice::from_ref(&first)).await
+        ),
         ["applied"]
     );
     // The same message again (redelivered), and a re-published creation of the same order.
     let batch = [first, created(order, &[(1, 2)])];
     assert_eq!(
-        labels(&platform::consumer::handle(&s.handler, &batch).await),
+        labels(&platform::messaging::consumer::handle(&s.handler, &batch).await),
         ["duplicate", "applied"]
     );
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
@@ -273,7 +275,7 @@ async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the
         // Later events of a waiting order wait with it, so they keep their order.
         cancelled(busy),
     ];
-    let outcomes = platform::consumer::handle(&s.handler, &batch).await;
+    let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["contended", "applied", "contended"]);
     assert_eq!(state(&s.db.pool, busy).await, None);
     assert_eq!(stock(&s.db.pool, 2).await, 4);
@@ -281,7 +283,7 @@ async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the
     held.release().await;
     let again = [batch[0].clone(), batch[2].clone()];
     assert_eq!(
-        labels(&platform::consumer::handle(&s.handler, &again).await),
+        labels(&platform::messaging::consumer::handle(&s.handler, &again).await),
         ["applied", "applied"]
     );
     assert_eq!(state(&s.db.pool, busy).await, applied("RELEASED"));

@@ -18,14 +18,14 @@ pub const ADMIN_TOKEN: &str = "test-admin-token";
 /// A locker on `conn` (10 s TTL, 5 s wait, renewed) with the health check the services run,
 /// every 200 ms, until the guard is dropped.
 pub fn watched_locker(
-    conn: platform::redis_conn::RedisConnection,
+    conn: platform::storage::redis::RedisConnection,
 ) -> (
     Locker,
-    platform::redis_health::RedisHealth,
+    platform::storage::redis::health::RedisHealth,
     tokio_util::sync::DropGuard,
 ) {
     testkit::init_logs();
-    let health = platform::redis_health::RedisHealth::default();
+    let health = platform::storage::redis::health::RedisHealth::default();
     let stop = CancellationToken::new();
     tokio::spawn(
         health
@@ -124,12 +124,13 @@ impl TestApp {
 
     /// A locker on the same Redis and key prefix as the service.
     pub fn locker(&self, options: LockOptions) -> Locker {
-        let redis = platform::redis_conn::connect(&self.config.redis_url).expect("a Redis manager");
+        let redis =
+            platform::storage::redis::connect(&self.config.redis_url).expect("a Redis manager");
         Locker::new(
             redis,
             RedisKeys::new(self.config.redis_key_prefix.clone()),
             options,
-            platform::redis_health::RedisHealth::default(),
+            platform::storage::redis::health::RedisHealth::default(),
         )
     }
 

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use inventory_service::stock::lock::{Lease, LockError, LockOptions, Locker};
-use platform::redis_conn::RedisConnection;
-use platform::redis_health::RedisHealth;
+use platform::storage::redis::RedisConnection;
+use platform::storage::redis::health::RedisHealth;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 use testkit::{redis_prefix, redis_url};
@@ -23,7 +23,7 @@ fn options(ttl_ms: u64, wait_ms: u64, renew: bool) -> LockOptions {
 
 fn redis() -> RedisConnection {
     testkit::init_logs();
-    platform::redis_conn::connect(&redis_url()).expect("a Redis manager")
+    platform::storage::redis::connect(&redis_url()).expect("a Redis manager")
 }
 
 fn locker(options: LockOptions) -> Locker {
@@ -250,7 +250,8 @@ async fn a_busy_lock_times_out_and_releases_what_it_had_taken() {
 
 #[tokio::test]
 async fn with_redis_unreachable_the_lock_is_bypassed_not_failed() {
-    let unreachable = platform::redis_conn::connect("redis://127.0.0.1:1/0").expect("a manager");
+    let unreachable =
+        platform::storage::redis::connect("redis://127.0.0.1:1/0").expect("a manager");
     let locker = Locker::new(
         unreachable,
         RedisKeys::new(redis_prefix()),

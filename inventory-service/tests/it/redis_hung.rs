@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use inventory_service::stock::lock::Locker;
-use platform::redis_health::RedisHealth;
+use platform::storage::redis::health::RedisHealth;
 use serde_json::json;
 use shared::ids::ProductId;
 use testkit::redis::PrivateRedis;
@@ -19,7 +19,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// A locker on `redis`, whose calls time out after 300 ms, with its own health check.
 fn watched_locker(redis: &PrivateRedis) -> (Locker, RedisHealth, tokio_util::sync::DropGuard) {
-    let conn = platform::redis_conn::connect_with_timeout(
+    let conn = platform::storage::redis::connect_with_timeout(
         &redis.url,
         None,
         Duration::from_millis(300),

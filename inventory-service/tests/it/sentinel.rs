@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use inventory_service::stock::lock::Locker;
-use platform::redis_conn::RedisConnection;
-use platform::tls::CaBundle;
+use platform::storage::redis::RedisConnection;
+use platform::storage::tls::CaBundle;
 use redis::AsyncCommands;
 use shared::ids::ProductId;
 use testkit::eventually;
@@ -32,7 +32,7 @@ fn locker_through_as(
     url: &str,
     ca: Option<&CaBundle>,
 ) -> (Locker, RedisConnection, DropGuard) {
-    let conn = platform::redis_conn::connect_with_timeout(
+    let conn = platform::storage::redis::connect_with_timeout(
         url,
         Some(&deployment.sentinels()),
         Duration::from_millis(300),

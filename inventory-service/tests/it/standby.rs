@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use platform::db::{PoolSettings, connect_and_migrate};
+use platform::storage::postgres::{PoolSettings, connect_and_migrate};
 use sqlx::PgPool;
 use testkit::eventually;
 use testkit::standby::PrivateStandby;
@@ -86,7 +86,7 @@ async fn writes_follow_the_standby_promoted_after_the_primary_stops_and_never_go
     tokio::task::block_in_place(|| pair.primary.start());
     let fresh = connect(&urls).await;
     assert_eq!(server_port(&fresh).await, pair.standby.port);
-    tokio::time::sleep(platform::db::primary::CHECK_EVERY * 2).await;
+    tokio::time::sleep(platform::storage::postgres::primary::CHECK_EVERY * 2).await;
     write(&pool, 3)
         .await
         .expect("a write after the old primary is back");

@@ -12,8 +12,8 @@
 
 use axum::body::Bytes;
 use chrono::{SubsecRound, Utc};
-use platform::http::TraceContext;
-use platform::outbox::NewOutboxRow;
+use platform::messaging::outbox::NewOutboxRow;
+use platform::telemetry::TraceContext;
 use shared::events::{Envelope, OrderCreated, OrderEvent};
 use shared::ids::OrderId;
 use shared::keys;

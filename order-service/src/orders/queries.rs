@@ -26,15 +26,15 @@ pub struct OrderRow {
 
 /// An order as the statements return it: status and reason are CHECK-ed text, read strictly
 /// into an [`OrderRow`] (an unknown value fails the read, never becomes a default).
-struct StoredOrder {
-    order_id: Uuid,
-    user_id: i64,
-    items: Json<Vec<LineItem>>,
-    amount: Decimal,
-    status: String,
-    rejection_reason: Option<String>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
+pub(crate) struct StoredOrder {
+    pub(crate) order_id: Uuid,
+    pub(crate) user_id: i64,
+    pub(crate) items: Json<Vec<LineItem>>,
+    pub(crate) amount: Decimal,
+    pub(crate) status: String,
+    pub(crate) rejection_reason: Option<String>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
 }
 
 fn strict(column: &str, error: status::UnknownStatus) -> sqlx::Error {
@@ -67,7 +67,7 @@ impl TryFrom<StoredOrder> for OrderRow {
     }
 }
 
-fn typed(rows: Vec<StoredOrder>) -> sqlx::Result<Vec<OrderRow>> {
+pub(crate) fn typed(rows: Vec<StoredOrder>) -> sqlx::Result<Vec<OrderRow>> {
     rows.into_iter().map(OrderRow::try_from).collect()
 }
 
@@ -231,77 +231,4 @@ pub async fn set_status(
     .fetch_one(conn)
     .await?
     .try_into()
-}
-
-/// Claims up to `limit` `PENDING` orders that neither changed nor were reconciled for
-/// `older_than`, oldest first, by stamping `reconciled_at`: concurrent reconcilers (one per
-/// instance) skip them for a period, and no row stays locked while inventory is asked.
-pub async fn claim_stale_pending(
-    conn: &mut PgConnection,
-    older_than: std::time::Duration,
-    limit: i64,
-) -> sqlx::Result<Vec<OrderRow>> {
-    let rows = sqlx::query_as!(
-        StoredOrder,
-        r#"UPDATE orders SET reconciled_at = now()
-           WHERE order_id IN (
-               SELECT order_id FROM orders
-               WHERE status = 'PENDING'
-                 AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at))
-                     < now() - make_interval(secs => $1)
-               ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-           RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
-                     rejection_reason, created_at, updated_at"#,
-        older_than.as_secs_f64(),
-        limit,
-    )
-    .fetch_all(conn)
-    .await?;
-    typed(rows)
-}
-
-/// Claims up to `limit` `CANCELLED` orders whose release is not recorded, cancelled (their
-/// last change) and not reconciled for `older_than`, oldest cancellation first; stamped like
-/// [`claim_stale_pending`], so an order is asked about and its cancellation sent again at
-/// most once a period, by one instance.
-pub async fn claim_stale_cancelled(
-    conn: &mut PgConnection,
-    older_than: std::time::Duration,
-    limit: i64,
-) -> sqlx::Result<Vec<OrderRow>> {
-    let rows = sqlx::query_as!(
-        StoredOrder,
-        r#"UPDATE orders SET reconciled_at = now()
-           WHERE order_id IN (
-               SELECT order_id FROM orders
-               WHERE status = 'CANCELLED' AND released_at IS NULL
-                 AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at))
-                     < now() - make_interval(secs => $1)
-               ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-           RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
-                     rejection_reason, created_at, updated_at"#,
-        older_than.as_secs_f64(),
-        limit,
-    )
-    .fetch_all(conn)
-    .await?;
-    typed(rows)
-}
-
-/// Whether an `order.cancelled` of the order still waits in the outbox to be published (the
-/// partial index of pending rows keeps this to the backlog, however many rows were sent).
-pub async fn cancellation_pending(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-) -> sqlx::Result<bool> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (
-               SELECT 1 FROM outbox
-               WHERE status = 'pending' AND routing_key = $2
-                 AND payload->'payload'->>'order_id' = $1) AS "pending!""#,
-        order_id.0.to_string(),
-        shared::keys::ORDER_CANCELLED,
-    )
-    .fetch_one(conn)
-    .await
 }

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use platform::http::Json;
-use platform::redis_health::RedisCallError;
+use platform::storage::redis::health::RedisCallError;
 use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;

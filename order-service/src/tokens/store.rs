@@ -29,8 +29,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use platform::redis_conn::RedisConnection;
-use platform::redis_health::{RedisCallError, RedisHealth};
+use platform::storage::redis::RedisConnection;
+use platform::storage::redis::health::{RedisCallError, RedisHealth};
 use redis::Script;
 use shared::ids::UserId;
 use shared::keys::RedisKeys;

@@ -6,9 +6,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use platform::amqp::Broker;
-use platform::consumer::{ConsumeError, ConsumerSettings, Handled, Handler, Message, Outcome};
-use platform::linger::Linger;
+use platform::messaging::broker::Broker;
+use platform::messaging::consumer::{
+    ConsumeError, ConsumerSettings, Handled, Handler, Message, Outcome,
+};
+use platform::messaging::linger::Linger;
 use shared::keys;
 use testkit::{AmqpProbe, TestDatabase, TestVhost, eventually};
 use tokio_util::sync::CancellationToken;
@@ -65,7 +67,7 @@ fn start(
     let stop = CancellationToken::new();
     let broker = Broker::new(&vhost.url, None);
     tokio::spawn(broker.clone().supervise(stop.clone()));
-    let consumer = tokio::spawn(platform::consumer::run(
+    let consumer = tokio::spawn(platform::messaging::consumer::run(
         broker,
         db.pool.clone(),
         ConsumerSettings {

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use platform::amqp::Broker;
-use platform::consumer::{ConsumeError, ConsumerSettings, Handled, Handler, Message, Outcome};
+use platform::messaging::broker::Broker;
+use platform::messaging::consumer::{
+    ConsumeError, ConsumerSettings, Handled, Handler, Message, Outcome,
+};
 use shared::keys;
 use testkit::{AmqpProbe, TestDatabase, TestVhost, eventually};
 use tokio_util::sync::CancellationToken;
@@ -54,7 +56,7 @@ async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
     probe
         .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"fine", None)
         .await;
-    let consumer = tokio::spawn(platform::consumer::run(
+    let consumer = tokio::spawn(platform::messaging::consumer::run(
         broker,
         db.pool.clone(),
         ConsumerSettings {

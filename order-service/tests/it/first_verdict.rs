@@ -3,8 +3,8 @@
 //! the same path.
 
 use order_service::orders::settle::{self, Effect, Incoming, MessageKey, Verdict};
-use platform::consumer::Handled;
-use platform::http::TraceContext;
+use platform::messaging::consumer::Handled;
+use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
 use shared::ids::OrderId;
 use shared::keys;

@@ -29,7 +29,7 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         redis_url: testkit::redis_url(),
         redis_sentinels: None,
         redis_key_prefix: redis_prefix.to_owned(),
-        redis_timeout: platform::redis_conn::DEFAULT_TIMEOUT,
+        redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
         // Nothing listens on port 1: the broker stays down unless a test sets a vhost.
         amqp_urls: vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()],
         admin_token: Some("test-admin-token".into()),

@@ -254,20 +254,21 @@ async fn several_relays_publish_each_outbox_row_exactly_once() {
     .await
     .expect("seed");
     // The app runs one relay; two more compete for the same rows.
-    let broker = platform::amqp::Broker::new(&app.vhost.as_ref().expect("vhost").url, None);
+    let broker =
+        platform::messaging::broker::Broker::new(&app.vhost.as_ref().expect("vhost").url, None);
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(broker.clone().supervise(stop.clone()));
     for _ in 0..2 {
-        let settings = platform::relay::RelaySettings {
+        let settings = platform::messaging::relay::RelaySettings {
             batch_size: 7,
             ..Default::default()
         };
         // Rows they did not write reach them by polling, as rows of other instances do.
-        tokio::spawn(platform::relay::run(
+        tokio::spawn(platform::messaging::relay::run(
             app.db.pool.clone(),
             broker.clone(),
             settings,
-            platform::outbox::OutboxSignal::default(),
+            platform::messaging::outbox::OutboxSignal::default(),
             stop.clone(),
         ));
     }
@@ -376,17 +377,18 @@ async fn a_busy_relay_waits_a_moment_and_sends_what_came_meanwhile_in_one_batch(
         c.messaging.relay.idle_poll = Duration::from_secs(3600);
     })
     .await;
-    let broker = platform::amqp::Broker::new(&app.vhost.as_ref().expect("vhost").url, None);
+    let broker =
+        platform::messaging::broker::Broker::new(&app.vhost.as_ref().expect("vhost").url, None);
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(broker.clone().supervise(stop.clone()));
-    let signal = platform::outbox::OutboxSignal::default();
-    let settings = platform::relay::RelaySettings {
+    let signal = platform::messaging::outbox::OutboxSignal::default();
+    let settings = platform::messaging::relay::RelaySettings {
         idle_poll: Duration::from_secs(3600),
         // Far longer than the gap below, so the test does not depend on the machine's pace.
-        linger: platform::linger::Linger::new(Duration::from_secs(2)),
+        linger: platform::messaging::linger::Linger::new(Duration::from_secs(2)),
         ..Default::default()
     };
-    tokio::spawn(platform::relay::run(
+    tokio::spawn(platform::messaging::relay::run(
         app.db.pool.clone(),
         broker,
         settings,

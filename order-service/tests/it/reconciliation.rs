@@ -12,9 +12,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use order_service::orders::reconcile::{ReconcileSettings, reconcile_once};
 use order_service::orders::settle::consumer::InventoryEvents;
-use platform::consumer::{Handled, Message};
-use platform::http::TraceContext;
-use platform::outbox::OutboxSignal;
+use platform::messaging::consumer::{Handled, Message};
+use platform::messaging::outbox::OutboxSignal;
+use platform::telemetry::TraceContext;
 use serde_json::{Value, json};
 use shared::events::{Envelope, InventoryEvent, StockReleased};
 use shared::ids::OrderId;
@@ -305,7 +305,7 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
         previous_deliveries: 0,
     };
     assert_eq!(
-        platform::consumer::handle(&handler, &[delivery()])
+        platform::messaging::consumer::handle(&handler, &[delivery()])
             .await
             .remove(0)
             .expect("handled"),
@@ -313,7 +313,7 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
     );
     assert!(release_recorded(&app, &order).await);
     assert_eq!(
-        platform::consumer::handle(&handler, &[delivery()])
+        platform::messaging::consumer::handle(&handler, &[delivery()])
             .await
             .remove(0)
             .expect("handled"),

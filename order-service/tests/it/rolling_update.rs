@@ -62,9 +62,9 @@ async fn after_sigterm_readyz_is_503_while_orders_are_still_taken_and_a_second_s
 async fn an_instance_of_the_previous_release_starts_on_a_schema_the_next_one_migrated() {
     let db = TestDatabase::create("orders_rolling", &order_service::MIGRATOR).await;
     testkit::record_a_newer_migration(&db.pool).await;
-    platform::db::connect_and_migrate(
+    platform::storage::postgres::connect_and_migrate(
         std::slice::from_ref(&db.url),
-        &platform::db::PoolSettings::default(),
+        &platform::storage::postgres::PoolSettings::default(),
         &order_service::MIGRATOR,
     )
     .await

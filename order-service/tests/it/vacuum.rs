@@ -23,7 +23,7 @@ async fn the_churned_tables_are_vacuumed_exactly_when_autovacuum_is_off() {
         .await
         .expect("the setting");
     let stop = CancellationToken::new();
-    let task = tokio::spawn(platform::vacuum::run(
+    let task = tokio::spawn(platform::storage::vacuum::run(
         db.pool.clone(),
         &["orders"],
         Duration::from_millis(100),

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderName, StatusCode};
+use axum::middleware;
+use axum::response::IntoResponse;
 use shared::Problem;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -24,6 +24,7 @@ use tower_http::trace::TraceLayer;
 use super::cors::Cors;
 use super::metrics;
 use super::rate_limit::{self, Limiter, RateLimit};
+use super::refusals::uniform_refusals;
 use super::trace;
 
 /// Request bodies above this are refused with 413.
@@ -32,7 +33,7 @@ pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
 pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Seconds a client is asked to wait after a 503 that names no other figure.
-const RETRY_AFTER_SECS: &str = "1";
+pub(super) const RETRY_AFTER_SECS: &str = "1";
 
 /// Adds fallbacks and the shared middleware stack to a fully routed service. Serve it with
 /// `into_make_service_with_connect_info::<SocketAddr>()` so rate limits see each client.
@@ -42,6 +43,7 @@ pub fn with_edge(
     rate_limit: RateLimit,
     cors: &Cors,
 ) -> Router {
+    metrics::describe_http();
     router
         .route_layer(middleware::from_fn(metrics::remember_route))
         .fallback(not_found)
@@ -92,96 +94,10 @@ async fn method_not_allowed(request: Request) -> Problem {
     )
 }
 
-/// Every refusal looks the same whoever produced it: anything that answers 4xx/5xx without
-/// a problem body (axum's own rejections, the timeout layer) is rewritten to problem+json,
-/// every 401 carries a `WWW-Authenticate` challenge (RFC 9110 §15.5.2) and every 503 a
-/// `Retry-After`, so clients can rely on one shape.
-async fn uniform_refusals(request: Request, next: Next) -> Response {
-    let mut response = problem_for_bare_errors(next.run(request).await);
-    let status = response.status();
-    let headers = response.headers_mut();
-    match status {
-        StatusCode::UNAUTHORIZED if !headers.contains_key(header::WWW_AUTHENTICATE) => {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        StatusCode::SERVICE_UNAVAILABLE if !headers.contains_key(header::RETRY_AFTER) => {
-            headers.insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECS),
-            );
-        }
-        _ => {}
-    }
-    response
-}
-
-fn problem_for_bare_errors(response: Response) -> Response {
-    let status = response.status();
-    let is_problem = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| {
-            v.as_bytes()
-                .starts_with(shared::problem::CONTENT_TYPE.as_bytes())
-        });
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
-        return response;
-    }
-    let (mut parts, _) = response.into_parts();
-    let problem = problem_for_status(status);
-    let mut rewritten = problem.into_response();
-    // Keep headers such as `Allow` and `Retry-After`, but not the old body's type and length.
-    parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(shared::problem::CONTENT_TYPE),
-    );
-    std::mem::swap(rewritten.headers_mut(), &mut parts.headers);
-    rewritten
-}
-
-fn problem_for_status(status: StatusCode) -> Problem {
-    let (slug, title, detail) = match status.as_u16() {
-        400 => (
-            "bad-request",
-            "Bad request",
-            "the request could not be understood",
-        ),
-        404 => ("not-found", "Not found", "no such resource"),
-        405 => (
-            "method-not-allowed",
-            "Method not allowed",
-            "this method is not allowed here",
-        ),
-        413 => (
-            "payload-too-large",
-            "Payload too large",
-            "request bodies are limited to 64 KiB",
-        ),
-        415 => (
-            "unsupported-media-type",
-            "Unsupported media type",
-            "send application/json",
-        ),
-        429 => (
-            "rate-limited",
-            "Too many requests",
-            "slow down and retry later",
-        ),
-        503 => (
-            "not-ready",
-            "Service unavailable",
-            "the request could not be completed in time",
-        ),
-        s if s >= 500 => return Problem::internal(),
-        _ => ("bad-request", "Bad request", "the request was refused"),
-    };
-    Problem::new(status, slug, title, detail)
-}
-
 #[cfg(test)]
 mod tests {
     use axum::body::Body;
+    use axum::http::header;
     use axum::routing::get;
     use tower::ServiceExt;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::redis_conn::RedisConnection;
+use crate::storage::redis::RedisConnection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -47,7 +47,7 @@ impl Readiness {
         };
         let redis = async {
             let mut conn = self.redis.clone();
-            tokio::time::timeout(PROBE_TIMEOUT, crate::redis_conn::ping(&mut conn))
+            tokio::time::timeout(PROBE_TIMEOUT, crate::storage::redis::ping(&mut conn))
                 .await
                 .unwrap_or(false)
         };

@@ -12,6 +12,7 @@ pub mod openapi;
 pub mod outbox_admin;
 pub mod pagination;
 pub mod rate_limit;
+mod refusals;
 pub mod trace;
 
 pub use admin::{AdminAuth, AdminToken};
@@ -19,4 +20,3 @@ pub use cors::Cors;
 pub use edge::{BODY_LIMIT_BYTES, with_edge};
 pub use extract::{Json, Path, Query};
 pub use rate_limit::RateLimit;
-pub use trace::TraceContext;

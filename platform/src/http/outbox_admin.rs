@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::pagination::{self, Page};
 use super::{AdminAuth, Json, Path, Query};
-use crate::outbox::OutboxSignal;
+use crate::messaging::outbox::OutboxSignal;
 
 /// What the admin endpoints need; services provide it with `FromRef`.
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use platform::redis_conn::RedisConnection;
-use platform::redis_health::{RedisCallError, RedisHealth};
+use platform::storage::redis::RedisConnection;
+use platform::storage::redis::health::{RedisCallError, RedisHealth};
 use shared::ids::ProductId;
 
 use super::lease::{Lease, release_all, release_in_background};

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use platform::redis_health::RedisCallError;
+use platform::storage::redis::health::RedisCallError;
 use redis::Script;
 use shared::ids::ProductId;
 
@@ -152,7 +152,7 @@ impl Locker {
 }
 
 async fn try_many(
-    conn: &mut platform::redis_conn::RedisConnection,
+    conn: &mut platform::storage::redis::RedisConnection,
     leases: &[Lease],
     ttl: Duration,
 ) -> redis::RedisResult<Vec<bool>> {

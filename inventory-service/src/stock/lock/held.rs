@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use platform::redis_conn::RedisConnection;
-use platform::redis_health::RedisHealth;
+use platform::storage::redis::RedisConnection;
+use platform::storage::redis::health::RedisHealth;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::lease::{Lease, release_all, release_in_background};

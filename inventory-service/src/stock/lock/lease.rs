@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use platform::redis_conn::RedisConnection;
+use platform::storage::redis::RedisConnection;
 use redis::{RedisResult, Script};
 
 /// Gives up `KEYS[1]` only while it still holds our token `ARGV[1]`: to the waiter another

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use platform::redis_conn::RedisConnection;
+use platform::storage::redis::RedisConnection;
 use shared::ids::ProductId;
 use tokio::sync::OwnedMutexGuard;
 

@@ -56,8 +56,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use platform::redis_conn::RedisConnection;
-use platform::redis_health::{RedisCallError, RedisHealth};
+use platform::storage::redis::RedisConnection;
+use platform::storage::redis::health::{RedisCallError, RedisHealth};
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use platform::redis_health::RedisCallError;
+use platform::storage::redis::health::RedisCallError;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;

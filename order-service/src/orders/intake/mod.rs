@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
-use platform::outbox::OutboxSignal;
+use platform::messaging::outbox::OutboxSignal;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -165,5 +165,5 @@ pub fn register_metrics() {
     metrics::describe_gauge!(INTAKE_WAITING, "Orders queued for the next intake batch");
     metrics::describe_histogram!(INTAKE_BATCH_SIZE, "Orders written per intake commit");
     metrics::gauge!(INTAKE_WAITING).set(0.0);
-    platform::http::metrics::zero_histogram(INTAKE_BATCH_SIZE);
+    platform::telemetry::metrics::zero_histogram(INTAKE_BATCH_SIZE);
 }

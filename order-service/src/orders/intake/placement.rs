@@ -19,7 +19,7 @@
 //! byte.
 
 use chrono::{DateTime, Utc};
-use platform::outbox::NewOutboxRow;
+use platform::messaging::outbox::NewOutboxRow;
 use rust_decimal::Decimal;
 use shared::ids::OrderId;
 use sqlx::PgConnection;

@@ -6,7 +6,7 @@
 //!   one still waits in the outbox. The order is asked about again next period, until
 //!   inventory's answer or its `inventory.released` records the release.
 
-use platform::http::TraceContext;
+use platform::telemetry::TraceContext;
 use shared::ids::OrderId;
 use sqlx::PgPool;
 
@@ -19,7 +19,7 @@ pub(super) async fn reconcile(
     inventory: &Inventory<'_>,
     settings: &ReconcileSettings,
 ) -> anyhow::Result<usize> {
-    let stale = crate::orders::queries::claim_stale_cancelled(
+    let stale = super::queries::claim_stale_cancelled(
         &mut *db.acquire().await?,
         settings.after,
         settings.batch,
@@ -49,7 +49,7 @@ pub(super) async fn reconcile(
 
 async fn send_again(db: &PgPool, order_id: OrderId) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
-    if crate::orders::queries::cancellation_pending(&mut tx, order_id).await? {
+    if super::queries::cancellation_pending(&mut tx, order_id).await? {
         // The relay has not published the last one yet (broker down, backing off): another
         // copy would only queue up behind it.
         tracing::debug!(%order_id, "a cancellation still waits in the outbox");

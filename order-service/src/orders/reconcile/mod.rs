@@ -12,10 +12,11 @@
 mod cancelled;
 mod inventory;
 mod pending;
+mod queries;
 
 use std::time::Duration;
 
-use platform::outbox::OutboxSignal;
+use platform::messaging::outbox::OutboxSignal;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 

@@ -1,8 +1,8 @@
 //! `PENDING` orders that waited too long: a known verdict settles the order; no record at
 //! all means inventory never saw the order, so its `order.created` is published again.
 
-use platform::http::TraceContext;
-use platform::outbox::NewOutboxRow;
+use platform::messaging::outbox::NewOutboxRow;
+use platform::telemetry::TraceContext;
 use shared::events::{Envelope, OrderCreated, OrderEvent};
 use shared::ids::{OrderId, UserId};
 use shared::keys;
@@ -18,7 +18,7 @@ pub(super) async fn reconcile(
     inventory: &Inventory<'_>,
     settings: &ReconcileSettings,
 ) -> anyhow::Result<usize> {
-    let stale = crate::orders::queries::claim_stale_pending(
+    let stale = super::queries::claim_stale_pending(
         &mut *db.acquire().await?,
         settings.after,
         settings.batch,
@@ -54,7 +54,7 @@ pub(super) async fn reconcile(
     // What was learned goes through the consumer's path, in one transaction.
     let mut tx = db.begin().await?;
     let settled = settle::settle_all(&mut tx, &learned).await?;
-    platform::batch_writes::enqueue_all(&mut tx, unseen).await?;
+    platform::messaging::outbox::enqueue_all(&mut tx, unseen).await?;
     tx.commit().await?;
     settled
         .transitions

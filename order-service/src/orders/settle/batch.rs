@@ -12,9 +12,9 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use platform::consumer::Handled;
-use platform::http::TraceContext;
-use platform::outbox::NewOutboxRow;
+use platform::messaging::consumer::Handled;
+use platform::messaging::outbox::NewOutboxRow;
+use platform::telemetry::TraceContext;
 use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
 use shared::ids::OrderId;
 use shared::keys;
@@ -114,7 +114,7 @@ pub async fn settle_all(
         .iter()
         .filter_map(|i| i.message.as_ref().map(|m| m.id))
         .collect();
-    let mut seen: HashSet<Uuid> = platform::batch_writes::recorded_among(conn, &ids)
+    let mut seen: HashSet<Uuid> = platform::messaging::processed::recorded_among(conn, &ids)
         .await?
         .into_iter()
         .collect();
@@ -168,10 +168,10 @@ pub async fn settle_all(
         return Err(SettleError::Raced);
     }
     crate::orders::queries::record_released_all(conn, &released).await?;
-    if platform::batch_writes::record_all(conn, &recorded).await? != recorded.len() as u64 {
+    if platform::messaging::processed::record_all(conn, &recorded).await? != recorded.len() as u64 {
         return Err(SettleError::Raced);
     }
-    platform::batch_writes::enqueue_all(conn, outbox).await?;
+    platform::messaging::outbox::enqueue_all(conn, outbox).await?;
     Ok(Settled {
         handled,
         transitions,

@@ -3,13 +3,13 @@
 //! same path).
 //!
 //! A message that cannot be parsed is poison on its own. A batch that fails as a whole is
-//! settled again one message at a time by the consumer loop ([`platform::consumer::handle`]).
+//! settled again one message at a time by the consumer loop ([`platform::messaging::consumer::handle`]).
 //!
 //! `inventory.released` records on the cancelled order that its stock is back, so
 //! reconciliation stops asking inventory about it.
 
-use platform::consumer::{ConsumeError, Handler, Message, Outcome};
-use platform::outbox::OutboxSignal;
+use platform::messaging::consumer::{ConsumeError, Handler, Message, Outcome};
+use platform::messaging::outbox::OutboxSignal;
 use shared::events::{Envelope, InventoryEvent};
 use sqlx::PgPool;
 

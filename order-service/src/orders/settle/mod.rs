@@ -3,7 +3,7 @@
 //! the caller's transaction.
 
 use chrono::Utc;
-use platform::http::TraceContext;
+use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
 use shared::ids::{OrderId, UserId};
 use sqlx::PgConnection;
@@ -108,5 +108,5 @@ pub(crate) async fn request_release(
     trace: &TraceContext,
 ) -> sqlx::Result<()> {
     let row = batch::release_request(order_id, trace)?;
-    platform::batch_writes::enqueue_all(conn, vec![row]).await
+    platform::messaging::outbox::enqueue_all(conn, vec![row]).await
 }

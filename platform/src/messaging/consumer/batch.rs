@@ -8,7 +8,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use tracing::{Instrument, Span};
 
 use super::{ConsumeError, Handler, Message, Outcome};
-use crate::http::TraceContext;
+use crate::telemetry::TraceContext;
 
 /// A delivery, the message handlers see, and the span its logs go to.
 #[derive(Debug)]
@@ -190,7 +190,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::consumer::Handled;
+    use crate::messaging::consumer::Handled;
 
     /// Fails a batch as a whole the way a real handler's transaction does: one bad message
     /// takes every message of its batch down with it.
@@ -245,7 +245,10 @@ mod tests {
     }
 
     fn labels(outcomes: &[Outcome]) -> Vec<&'static str> {
-        outcomes.iter().map(crate::consumer::result_label).collect()
+        outcomes
+            .iter()
+            .map(crate::messaging::consumer::result_label)
+            .collect()
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 //! - Subscribes to its queue on every (re)connection with `concurrency` channels, each with
 //!   its own prefetch window and its own loop: a loop takes the deliveries already buffered
 //!   (at least one, at most the prefetch; while busy it first waits a moment for more, see
-//!   [`crate::linger`]), hands them to the handler as one batch, and settles each by its own
+//!   [`crate::messaging::linger`]), hands them to the handler as one batch, and settles each by its own
 //!   outcome ([`settle`]).
 //! - Acks only after the handler's transaction committed (the handler returns after commit),
 //!   contiguous successes with one `basic_ack(multiple)`.
@@ -23,22 +23,19 @@
 //!   so unacked deliveries (kept ones too) return to the queue.
 
 mod batch;
+mod channel;
 mod settle;
 
 use std::future::Future;
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
-use lapin::types::FieldTable;
+use futures_util::FutureExt;
 use sqlx::PgPool;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::amqp::Broker;
-use crate::http::TraceContext;
-use crate::linger::Linger;
-use crate::retry::backoff;
+use crate::messaging::broker::Broker;
+use crate::messaging::linger::Linger;
+use crate::telemetry::TraceContext;
 
 pub use batch::{Received, handle};
 
@@ -53,19 +50,15 @@ const RESULTS: [&str; 5] = [
     "contended",
 ];
 
-/// Pauses before kept (contended) messages are tried again when nothing new arrives.
-const CONTENTION_BASE: Duration = Duration::from_millis(2);
-const CONTENTION_CAP: Duration = Duration::from_millis(100);
-
 /// Describes the consumer's metric and exposes every `result` at zero.
 pub fn register_metrics() {
-    crate::http::metrics::handle();
+    crate::telemetry::metrics::handle();
     metrics::describe_counter!(
         MESSAGES_CONSUMED_TOTAL,
         "Deliveries handled, by result: applied, duplicate, dead_lettered, retried, \
          contended (kept in process and tried again with the next batch)"
     );
-    crate::http::metrics::zero_counter(MESSAGES_CONSUMED_TOTAL, "result", &RESULTS);
+    crate::telemetry::metrics::zero_counter(MESSAGES_CONSUMED_TOTAL, "result", &RESULTS);
 }
 
 /// One delivery, as handlers see it.
@@ -201,7 +194,7 @@ pub async fn run<H: Handler>(
             break;
         };
         let channels = (0..settings.concurrency.max(1))
-            .map(|n| consume_channel(&conn, n, &settings, &handler, &db, &shutdown).boxed());
+            .map(|n| channel::consume(&conn, n, &settings, &handler, &db, &shutdown).boxed());
         let subscribed = futures_util::future::join_all(channels).await;
         if shutdown.is_cancelled() {
             break;
@@ -211,111 +204,6 @@ pub async fn run<H: Handler>(
         }
         tracing::warn!(queue = settings.queue, "subscription ended; resubscribing");
     }
-}
-
-/// One channel's loop, until its subscription ends or `shutdown`; `false` when it could not
-/// subscribe.
-async fn consume_channel<H: Handler>(
-    conn: &lapin::Connection,
-    n: usize,
-    settings: &ConsumerSettings,
-    handler: &H,
-    db: &PgPool,
-    shutdown: &CancellationToken,
-) -> bool {
-    let tag = format!("{}-{n}", settings.consumer_tag);
-    let subscription = async {
-        let channel = conn.create_channel().await?;
-        channel
-            .basic_qos(settings.prefetch, BasicQosOptions::default())
-            .await?;
-        let consumer = channel
-            .basic_consume(
-                settings.queue.into(),
-                tag.as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        Ok::<_, lapin::Error>((channel, consumer))
-    };
-    let (channel, consumer) = match subscription.await {
-        Ok(pair) => pair,
-        Err(error) => {
-            tracing::warn!(%error, queue = settings.queue, "cannot subscribe; retrying");
-            return false;
-        }
-    };
-    tracing::info!(queue = settings.queue, channel = n, "consuming");
-    let stop = shutdown.clone();
-    let mut deliveries = std::pin::pin!(consumer.take_until(stop.cancelled_owned()));
-    let limit = usize::from(settings.prefetch.max(1));
-    // Kept for contention: older than anything still in the stream, so they go first.
-    let mut kept: Vec<Received> = Vec::new();
-    let mut contended_rounds = 0;
-    let mut ended = false;
-    let mut previous_start = None;
-    while !ended {
-        let mut batch = std::mem::take(&mut kept);
-        let first = if batch.is_empty() {
-            Some(deliveries.next().await)
-        } else {
-            let pause = backoff(contended_rounds, CONTENTION_BASE, CONTENTION_CAP);
-            tokio::select! {
-                next = deliveries.next() => Some(next),
-                () = tokio::time::sleep(pause) => None,
-            }
-        };
-        match first {
-            Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
-            Some(Some(Err(error))) => tracing::warn!(%error, "consumer stream error"),
-            Some(None) if batch.is_empty() => break,
-            Some(None) => ended = true,
-            None => {}
-        }
-        // While busy, what arrives within the linger joins the batch; when idle, only what
-        // is already buffered.
-        let pause = settings.linger.before_batch(previous_start, Instant::now());
-        if !pause.is_zero() && !batch.is_empty() && !ended {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = tokio::time::sleep(pause) => {}
-            }
-        }
-        while !ended && batch.len() < limit {
-            match deliveries.next().now_or_never() {
-                Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
-                Some(Some(Err(error))) => tracing::warn!(%error, "consumer stream error"),
-                Some(None) => {
-                    ended = true;
-                    break;
-                }
-                None => break,
-            }
-        }
-        if batch.is_empty() {
-            continue;
-        }
-        previous_start = Some(Instant::now());
-        let outcomes = batch::handle_received(handler, &batch).await;
-        kept = settle::settle(batch, outcomes, db, shutdown).await;
-        contended_rounds = if kept.is_empty() {
-            0
-        } else {
-            contended_rounds.saturating_add(1)
-        };
-        ended |= shutdown.is_cancelled();
-    }
-    // Kept messages are dropped unacked: closing the channel returns them to the queue.
-    drop(kept);
-    if shutdown.is_cancelled() {
-        channel
-            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
-            .await
-            .ok();
-        channel.close(200, "shutting down".into()).await.ok();
-    }
-    true
 }
 
 #[cfg(test)]

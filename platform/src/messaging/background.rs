@@ -12,10 +12,10 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::amqp::Broker;
-use crate::config::MessagingConfig;
-use crate::consumer::{ConsumerSettings, Handler};
-use crate::outbox::OutboxSignal;
+use crate::messaging::MessagingConfig;
+use crate::messaging::broker::Broker;
+use crate::messaging::consumer::{ConsumerSettings, Handler};
+use crate::messaging::outbox::OutboxSignal;
 
 /// What the loops of one service share.
 #[derive(Debug, Clone)]
@@ -25,7 +25,7 @@ pub struct Messaging {
     pub config: MessagingConfig,
     pub outbox: OutboxSignal,
     /// The service's own tables that churn, vacuumed with the outbox when autovacuum is off
-    /// (see [`crate::vacuum`]).
+    /// (see [`crate::storage::vacuum`]).
     pub churning_tables: &'static [&'static str],
 }
 
@@ -54,7 +54,7 @@ impl Messaging {
         tasks.spawn(keep_running("outbox relay", stop.clone(), {
             let (db, broker, settings) = (db.clone(), broker.clone(), config.relay.clone());
             move || {
-                crate::relay::run(
+                crate::messaging::relay::run(
                     db.clone(),
                     broker.clone(),
                     settings.clone(),
@@ -66,12 +66,12 @@ impl Messaging {
         let stop = shutdown.clone();
         tasks.spawn(keep_running("outbox maintenance", stop.clone(), {
             let (db, retention) = (db.clone(), config.retention.clone());
-            move || crate::outbox::maintain(db.clone(), retention.clone(), stop.clone())
+            move || crate::messaging::outbox::maintain(db.clone(), retention.clone(), stop.clone())
         }));
         let stop = shutdown.clone();
         tasks.spawn(keep_running("vacuum", stop.clone(), {
             let (db, every) = (db.clone(), config.vacuum_every);
-            move || crate::vacuum::run(db.clone(), churning_tables, every, stop.clone())
+            move || crate::storage::vacuum::run(db.clone(), churning_tables, every, stop.clone())
         }));
         let settings = ConsumerSettings {
             queue,
@@ -84,7 +84,7 @@ impl Messaging {
         };
         let stop = shutdown.clone();
         tasks.spawn(keep_running("consumer", stop.clone(), move || {
-            crate::consumer::run(
+            crate::messaging::consumer::run(
                 broker.clone(),
                 db.clone(),
                 settings.clone(),

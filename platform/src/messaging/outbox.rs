@@ -5,8 +5,9 @@
 
 use serde::Serialize;
 use shared::events::{Envelope, Event};
+use sqlx::PgConnection;
 
-use crate::http::TraceContext;
+use crate::telemetry::TraceContext;
 
 /// Wakes this process's relay right after outbox rows were committed, so it does not wait
 /// for its polling period. Cheap to clone; call [`OutboxSignal::wake`] after the commit
@@ -50,6 +51,38 @@ impl NewOutboxRow {
             headers: serde_json::json!(trace.headers()),
         })
     }
+}
+
+/// Writes every row to the outbox in one statement (inside the caller's transaction).
+pub async fn enqueue_all(conn: &mut PgConnection, rows: Vec<NewOutboxRow>) -> sqlx::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut exchanges = Vec::with_capacity(rows.len());
+    let mut routing_keys = Vec::with_capacity(rows.len());
+    let mut payloads = Vec::with_capacity(rows.len());
+    let mut headers = Vec::with_capacity(rows.len());
+    for row in rows {
+        ids.push(row.event_id);
+        exchanges.push(row.exchange);
+        routing_keys.push(row.routing_key.to_owned());
+        payloads.push(row.payload);
+        headers.push(row.headers);
+    }
+    // unnest keeps the rows in order, so the relay publishes them in the batch's order.
+    sqlx::query(
+        "INSERT INTO outbox (event_id, exchange, routing_key, payload, headers) \
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[])",
+    )
+    .bind(ids)
+    .bind(exchanges)
+    .bind(routing_keys)
+    .bind(payloads)
+    .bind(headers)
+    .execute(conn)
+    .await
+    .map(drop)
 }
 
 /// How long sent outbox rows and processed message ids are kept, and how often to look.
@@ -104,8 +137,8 @@ async fn update_gauges(db: &sqlx::PgPool) -> sqlx::Result<()> {
     )
     .fetch_one(db)
     .await?;
-    metrics::gauge!(crate::relay::OUTBOX_BACKLOG).set(backlog as f64);
-    metrics::gauge!(crate::relay::OUTBOX_OLDEST_UNSENT_SECONDS).set(oldest);
+    metrics::gauge!(crate::messaging::relay::OUTBOX_BACKLOG).set(backlog as f64);
+    metrics::gauge!(crate::messaging::relay::OUTBOX_OLDEST_UNSENT_SECONDS).set(oldest);
     Ok(())
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::redis_conn::RedisConnection;
+use crate::storage::redis::RedisConnection;
 use redis::RedisError;
 use tokio_util::sync::CancellationToken;
 

@@ -13,7 +13,7 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{ConnectionAddr, IntoConnectionInfo, TlsCertificates, TlsMode};
 
 use crate::config;
-use crate::tls::CaBundle;
+use crate::storage::tls::CaBundle;
 
 /// Where the Sentinels are and the name they know the primary by.
 #[derive(Debug, Clone, PartialEq, Eq)]

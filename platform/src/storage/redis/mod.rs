@@ -8,6 +8,8 @@
 //! there. Without Sentinels the primary never changes and the manager's own reconnecting is
 //! all there is.
 
+mod answers;
+pub mod health;
 mod sentinels;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,18 +17,19 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::RedisResult;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::SentinelClient;
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
+use answers::primary_lost;
 pub use sentinels::Sentinels;
 
-use crate::tls::CaBundle;
+use crate::storage::tls::CaBundle;
 
 /// `REDIS_TIMEOUT_MS`'s default. Redis answers in well under a millisecond here; on a
 /// machine saturated by a load test, replies queued for a CPU were seen near 300 ms, so
 /// 250 ms would call a busy Redis down. Half a second is paid once per outage (after one
-/// timeout the callers stop asking, see [`crate::redis_health`]), not once per call.
+/// timeout the callers stop asking, see [`crate::storage::redis::health`]), not once per call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Least time between two questions to the Sentinels: a burst of failed calls during a
@@ -260,51 +263,5 @@ impl RedisConnection {
             self.find_primary();
         }
         result
-    }
-}
-
-/// Whether `error` says the node is no primary now: it did not answer (dead, or cut off),
-/// or it answered as a replica (`READONLY`: demoted by a failover; `MASTERDOWN`: a replica
-/// that lost its own primary).
-fn primary_lost(error: &RedisError) -> bool {
-    crate::redis_health::is_unreachable(error) || demoted_code(error.code())
-}
-
-fn demoted_code(code: Option<&str>) -> bool {
-    matches!(code, Some("READONLY" | "MASTERDOWN"))
-}
-
-impl ConnectionLike for RedisConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let mut conn = self.current()?;
-            let result = conn.req_packed_command(cmd).await;
-            self.check(result)
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let mut conn = self.current()?;
-            let result = conn.req_packed_commands(pipeline, offset, count).await;
-            // A pipeline's replies come back one by one, errors among them.
-            if let Ok(replies) = &result
-                && replies.iter().any(
-                    |reply| matches!(reply, Value::ServerError(e) if demoted_code(Some(e.code()))),
-                )
-            {
-                self.find_primary();
-            }
-            self.check(result)
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.inner.db
     }
 }

@@ -2,7 +2,11 @@
 //! line. Every span also goes to OpenTelemetry, so that each has a W3C trace and span id to log
 //! and to pass on; they leave the process only when [`otlp`] export is configured.
 
+pub mod metrics;
 pub mod otlp;
+pub mod trace_context;
+
+pub use trace_context::TraceContext;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;

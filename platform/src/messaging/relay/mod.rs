@@ -4,7 +4,7 @@
 //!   outbox rows, so an event leaves within milliseconds of its commit. A short timer also runs
 //!   it, for retries that came due and for rows other instances (or a crashed one) left.
 //!   While busy, it waits a moment after the wake-up so that the commits of the next few
-//!   milliseconds go out in the same batch ([`crate::linger`]).
+//!   milliseconds go out in the same batch ([`crate::messaging::linger`]).
 //!   `LISTEN/NOTIFY` was the first design and was measured out: PostgreSQL takes one global
 //!   lock at the commit of every notifying transaction, which serialised all order commits
 //!   behind each other's WAL flush (most sampled backends waited on `Lock:object`).
@@ -25,23 +25,22 @@
 //!   batch behind the disk.
 //! - Checks for shutdown between batches, never in the middle of one.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Confirmation};
-use sqlx::{PgConnection, PgPool};
+use lapin::{Channel, Confirmation};
+use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::amqp::Broker;
-use crate::http::TraceContext;
-use crate::linger::Linger;
-use crate::outbox::OutboxSignal;
-use crate::retry::backoff;
+use crate::messaging::broker::Broker;
+use crate::messaging::linger::Linger;
+use crate::messaging::outbox::OutboxSignal;
+mod publish;
+
+use publish::{properties, publish_span, record_failure};
 
 pub const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES_TOTAL: &str = "outbox_publish_failures_total";
@@ -50,7 +49,7 @@ pub const OUTBOX_OLDEST_UNSENT_SECONDS: &str = "outbox_oldest_unsent_seconds";
 
 /// Describes the relay's metrics and exposes them at zero.
 pub fn register_metrics() {
-    crate::http::metrics::handle();
+    crate::telemetry::metrics::handle();
     metrics::describe_counter!(OUTBOX_PUBLISHED_TOTAL, "Outbox rows the broker confirmed");
     metrics::describe_counter!(
         OUTBOX_PUBLISH_FAILURES_TOTAL,
@@ -65,10 +64,10 @@ pub fn register_metrics() {
         metrics::Unit::Seconds,
         "Age of the oldest pending outbox row"
     );
-    crate::http::metrics::zero_counter(OUTBOX_PUBLISHED_TOTAL, "", &[]);
-    crate::http::metrics::zero_counter(OUTBOX_PUBLISH_FAILURES_TOTAL, "", &[]);
-    crate::http::metrics::zero_gauge(OUTBOX_BACKLOG);
-    crate::http::metrics::zero_gauge(OUTBOX_OLDEST_UNSENT_SECONDS);
+    crate::telemetry::metrics::zero_counter(OUTBOX_PUBLISHED_TOTAL, "", &[]);
+    crate::telemetry::metrics::zero_counter(OUTBOX_PUBLISH_FAILURES_TOTAL, "", &[]);
+    crate::telemetry::metrics::zero_gauge(OUTBOX_BACKLOG);
+    crate::telemetry::metrics::zero_gauge(OUTBOX_OLDEST_UNSENT_SECONDS);
 }
 
 #[derive(Debug, Clone)]
@@ -218,7 +217,8 @@ async fn relay_batch(
     let mut pending = Vec::with_capacity(rows.len());
     let mut spans = Vec::with_capacity(rows.len());
     for row in &rows {
-        let body = serde_json::to_vec(&row.payload).unwrap_or_default();
+        // A JSON value's text is its serialisation, which cannot fail.
+        let body = row.payload.to_string().into_bytes();
         let (span, headers) = publish_span(row);
         spans.push(span);
         let publish = channel
@@ -293,81 +293,4 @@ async fn relay_batch(
         anyhow::bail!("the publishing channel failed");
     }
     Ok(rows.len())
-}
-
-/// A producer span for `row` (OpenTelemetry's messaging conventions), child of the span that
-/// wrote it (the trace context stored with the row), open until the broker confirms; and
-/// the row's headers with that span's context in place of the writer's, for the consumer.
-fn publish_span(row: &OutboxRow) -> (tracing::Span, FieldTable) {
-    let stored: HashMap<String, String> = row
-        .headers
-        .as_object()
-        .map(|map| {
-            map.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default();
-    let span = tracing::info_span!(
-        "publish",
-        otel.name = %format_args!("{} publish", row.routing_key),
-        otel.kind = "producer",
-        otel.status_code = tracing::field::Empty,
-        messaging.system = "rabbitmq",
-        "messaging.operation.type" = "send",
-        messaging.destination.name = %row.exchange,
-        routing_key = %row.routing_key,
-        message_id = %row.event_id,
-    );
-    let trace = TraceContext::extract(&stored).parent_of(&span);
-    let mut headers = FieldTable::default();
-    for (key, value) in stored.into_iter().chain(trace.headers()) {
-        headers.insert(key.as_str().into(), AMQPValue::LongString(value.into()));
-    }
-    (span, headers)
-}
-
-fn properties(row: &OutboxRow, headers: FieldTable) -> BasicProperties {
-    BasicProperties::default()
-        .with_message_id(row.event_id.to_string().into())
-        .with_content_type("application/json".into())
-        .with_delivery_mode(2)
-        .with_type(row.routing_key.as_str().into())
-        .with_timestamp(
-            chrono::Utc::now()
-                .timestamp()
-                .try_into()
-                .unwrap_or_default(),
-        )
-        .with_headers(headers)
-}
-
-async fn record_failure(
-    conn: &mut PgConnection,
-    row: &OutboxRow,
-    error: &str,
-    settings: &RelaySettings,
-) -> sqlx::Result<()> {
-    let attempts = row.attempts + 1;
-    let delay = backoff(attempts as u32, settings.base_backoff, settings.max_backoff);
-    let dead = attempts >= settings.max_attempts;
-    if dead {
-        tracing::error!(event_id = %row.event_id, attempts, error, "outbox row is dead after its last attempt");
-    } else {
-        tracing::warn!(event_id = %row.event_id, attempts, error, "publish failed; will retry");
-    }
-    sqlx::query(
-        "UPDATE outbox SET attempts = $2, last_error = $3, updated_at = now(), \
-         next_attempt_at = now() + make_interval(secs => $4), \
-         status = CASE WHEN $5 THEN 'dead' ELSE 'pending' END \
-         WHERE id = $1",
-    )
-    .bind(row.id)
-    .bind(attempts)
-    .bind(error)
-    .bind(delay.as_secs_f64())
-    .bind(dead)
-    .execute(conn)
-    .await
-    .map(drop)
 }

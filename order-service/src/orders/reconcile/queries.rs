@@ -1,0 +1,82 @@
+//! The statements reconciliation claims its orders with, and the outbox check that keeps
+//! it from sending a cancellation while one still waits to be published.
+
+use shared::events::LineItem;
+use shared::ids::OrderId;
+use sqlx::PgConnection;
+use sqlx::types::Json;
+
+use crate::orders::queries::{OrderRow, StoredOrder, typed};
+
+/// Claims up to `limit` `PENDING` orders that neither changed nor were reconciled for
+/// `older_than`, oldest first, by stamping `reconciled_at`: concurrent reconcilers (one per
+/// instance) skip them for a period, and no row stays locked while inventory is asked.
+pub async fn claim_stale_pending(
+    conn: &mut PgConnection,
+    older_than: std::time::Duration,
+    limit: i64,
+) -> sqlx::Result<Vec<OrderRow>> {
+    let rows = sqlx::query_as!(
+        StoredOrder,
+        r#"UPDATE orders SET reconciled_at = now()
+           WHERE order_id IN (
+               SELECT order_id FROM orders
+               WHERE status = 'PENDING'
+                 AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at))
+                     < now() - make_interval(secs => $1)
+               ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+           RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
+                     rejection_reason, created_at, updated_at"#,
+        older_than.as_secs_f64(),
+        limit,
+    )
+    .fetch_all(conn)
+    .await?;
+    typed(rows)
+}
+
+/// Claims up to `limit` `CANCELLED` orders whose release is not recorded, cancelled (their
+/// last change) and not reconciled for `older_than`, oldest cancellation first; stamped like
+/// [`claim_stale_pending`], so an order is asked about and its cancellation sent again at
+/// most once a period, by one instance.
+pub async fn claim_stale_cancelled(
+    conn: &mut PgConnection,
+    older_than: std::time::Duration,
+    limit: i64,
+) -> sqlx::Result<Vec<OrderRow>> {
+    let rows = sqlx::query_as!(
+        StoredOrder,
+        r#"UPDATE orders SET reconciled_at = now()
+           WHERE order_id IN (
+               SELECT order_id FROM orders
+               WHERE status = 'CANCELLED' AND released_at IS NULL
+                 AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at))
+                     < now() - make_interval(secs => $1)
+               ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+           RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
+                     rejection_reason, created_at, updated_at"#,
+        older_than.as_secs_f64(),
+        limit,
+    )
+    .fetch_all(conn)
+    .await?;
+    typed(rows)
+}
+
+/// Whether an `order.cancelled` of the order still waits in the outbox to be published (the
+/// partial index of pending rows keeps this to the backlog, however many rows were sent).
+pub async fn cancellation_pending(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (
+               SELECT 1 FROM outbox
+               WHERE status = 'pending' AND routing_key = $2
+                 AND payload->'payload'->>'order_id' = $1) AS "pending!""#,
+        order_id.0.to_string(),
+        shared::keys::ORDER_CANCELLED,
+    )
+    .fetch_one(conn)
+    .await
+}

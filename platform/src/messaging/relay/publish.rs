@@ -1,0 +1,89 @@
+//! What the relay sends with each row: the producer span and headers that carry its trace,
+//! the message's properties, and what a failed publish does to the row.
+
+use std::collections::HashMap;
+
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
+use sqlx::PgConnection;
+
+use super::{OutboxRow, RelaySettings};
+use crate::retry::backoff;
+use crate::telemetry::TraceContext;
+
+/// A producer span for `row` (OpenTelemetry's messaging conventions), child of the span that
+/// wrote it (the trace context stored with the row), open until the broker confirms; and
+/// the row's headers with that span's context in place of the writer's, for the consumer.
+pub(super) fn publish_span(row: &OutboxRow) -> (tracing::Span, FieldTable) {
+    let stored: HashMap<String, String> = row
+        .headers
+        .as_object()
+        .map(|map| {
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        "publish",
+        otel.name = %format_args!("{} publish", row.routing_key),
+        otel.kind = "producer",
+        otel.status_code = tracing::field::Empty,
+        messaging.system = "rabbitmq",
+        "messaging.operation.type" = "send",
+        messaging.destination.name = %row.exchange,
+        routing_key = %row.routing_key,
+        message_id = %row.event_id,
+    );
+    let trace = TraceContext::extract(&stored).parent_of(&span);
+    let mut headers = FieldTable::default();
+    for (key, value) in stored.into_iter().chain(trace.headers()) {
+        headers.insert(key.as_str().into(), AMQPValue::LongString(value.into()));
+    }
+    (span, headers)
+}
+
+pub(super) fn properties(row: &OutboxRow, headers: FieldTable) -> BasicProperties {
+    BasicProperties::default()
+        .with_message_id(row.event_id.to_string().into())
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2)
+        .with_type(row.routing_key.as_str().into())
+        .with_timestamp(
+            chrono::Utc::now()
+                .timestamp()
+                .try_into()
+                .unwrap_or_default(),
+        )
+        .with_headers(headers)
+}
+
+pub(super) async fn record_failure(
+    conn: &mut PgConnection,
+    row: &OutboxRow,
+    error: &str,
+    settings: &RelaySettings,
+) -> sqlx::Result<()> {
+    let attempts = row.attempts + 1;
+    let delay = backoff(attempts as u32, settings.base_backoff, settings.max_backoff);
+    let dead = attempts >= settings.max_attempts;
+    if dead {
+        tracing::error!(event_id = %row.event_id, attempts, error, "outbox row is dead after its last attempt");
+    } else {
+        tracing::warn!(event_id = %row.event_id, attempts, error, "publish failed; will retry");
+    }
+    sqlx::query(
+        "UPDATE outbox SET attempts = $2, last_error = $3, updated_at = now(), \
+         next_attempt_at = now() + make_interval(secs => $4), \
+         status = CASE WHEN $5 THEN 'dead' ELSE 'pending' END \
+         WHERE id = $1",
+    )
+    .bind(row.id)
+    .bind(attempts)
+    .bind(error)
+    .bind(delay.as_secs_f64())
+    .bind(dead)
+    .execute(conn)
+    .await
+    .map(drop)
+}
