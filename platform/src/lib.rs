@@ -12,6 +12,7 @@
 pub mod config;
 pub mod http;
 pub mod messaging;
+mod raw;
 pub mod retry;
 pub mod shutdown;
 pub mod storage;

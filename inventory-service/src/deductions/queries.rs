@@ -65,8 +65,10 @@ impl From<UnknownStatus> for UnknownVerdict {
     }
 }
 
-/// One row as `apply_deductions` returns it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// One row as `apply_deductions` returns it. sqlx takes every column of a function's result
+/// for nullable; the statement declares the two the function always sets (`ordinal!`,
+/// `verdict!`), the others stay optional and [`VerdictRow::read`] judges them.
+#[derive(Debug, Clone)]
 pub struct VerdictRow {
     pub ordinal: i32,
     pub verdict: String,
@@ -144,21 +146,24 @@ pub async fn apply_batch(
         .iter()
         .map(|d| d.applied.body.as_slice())
         .collect();
-    let rows: Vec<VerdictRow> = sqlx::query_as(
-        "SELECT ordinal, verdict, status, rejection_reason, response_status, response_body \
-         FROM apply_deductions($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    let (short, unknown) = (bodies(&refusals.short), bodies(&refusals.unknown));
+    let rows = sqlx::query_as!(
+        VerdictRow,
+        r#"SELECT ordinal AS "ordinal!", verdict AS "verdict!", status, rejection_reason,
+                  response_status, response_body
+           FROM apply_deductions($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"#,
+        &products,
+        &ids as &[&str],
+        &fingerprints as &[&str],
+        &items as &[&serde_json::Value],
+        &quantities,
+        one_status(deductions.iter().map(|d| &d.applied))?,
+        &applied as &[&[u8]],
+        one_status(&refusals.short)?,
+        &short as &[&[u8]],
+        one_status(&refusals.unknown)?,
+        &unknown as &[&[u8]],
     )
-    .bind(&products)
-    .bind(&ids)
-    .bind(&fingerprints)
-    .bind(&items)
-    .bind(&quantities)
-    .bind(one_status(deductions.iter().map(|d| &d.applied))?)
-    .bind(&applied)
-    .bind(one_status(&refusals.short)?)
-    .bind(bodies(&refusals.short))
-    .bind(one_status(&refusals.unknown)?)
-    .bind(bodies(&refusals.unknown))
     .fetch_all(conn)
     .await?;
     if rows.len() != deductions.len()

@@ -1,4 +1,5 @@
-//! The `products` table: create, read, list, restock.
+//! The `products` table: create, read, list, restock. Every statement is checked against the
+//! migrations at build time (`sqlx::query!`, offline data in `.sqlx/`).
 
 use chrono::{DateTime, Utc};
 use shared::ids::ProductId;
@@ -6,7 +7,7 @@ use sqlx::PgConnection;
 
 use super::product::{NewProduct, Product, RestockQuantity};
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct ProductRow {
     pub product_id: i64,
     pub name: String,
@@ -32,24 +33,26 @@ pub async fn insert(
     conn: &mut PgConnection,
     product: &NewProduct,
 ) -> sqlx::Result<Option<Product>> {
-    let row = sqlx::query_as::<_, ProductRow>(
-        "INSERT INTO products (product_id, name, stock) VALUES ($1, $2, $3) \
-         ON CONFLICT ON CONSTRAINT products_pkey DO NOTHING \
+    let row = sqlx::query_as!(
+        ProductRow,
+        "INSERT INTO products (product_id, name, stock) VALUES ($1, $2, $3)
+         ON CONFLICT ON CONSTRAINT products_pkey DO NOTHING
          RETURNING product_id, name, stock, version, updated_at",
+        product.product_id.0,
+        product.name,
+        product.stock,
     )
-    .bind(product.product_id.0)
-    .bind(&product.name)
-    .bind(product.stock)
     .fetch_optional(conn)
     .await?;
     Ok(row.map(Product::from))
 }
 
 pub async fn find(conn: &mut PgConnection, product: ProductId) -> sqlx::Result<Option<Product>> {
-    let row = sqlx::query_as::<_, ProductRow>(
+    let row = sqlx::query_as!(
+        ProductRow,
         "SELECT product_id, name, stock, version, updated_at FROM products WHERE product_id = $1",
+        product.0,
     )
-    .bind(product.0)
     .fetch_optional(conn)
     .await?;
     Ok(row.map(Product::from))
@@ -61,12 +64,13 @@ pub async fn list(
     after: Option<ProductId>,
     limit: i64,
 ) -> sqlx::Result<Vec<Product>> {
-    let rows = sqlx::query_as::<_, ProductRow>(
-        "SELECT product_id, name, stock, version, updated_at FROM products \
+    let rows = sqlx::query_as!(
+        ProductRow,
+        "SELECT product_id, name, stock, version, updated_at FROM products
          WHERE product_id > $1 ORDER BY product_id LIMIT $2",
+        after.map_or(0, |p| p.0),
+        limit,
     )
-    .bind(after.map_or(0, |p| p.0))
-    .bind(limit)
     .fetch_all(conn)
     .await?;
     Ok(rows.into_iter().map(Product::from).collect())
@@ -81,13 +85,14 @@ pub async fn add_stock(
     product: ProductId,
     quantity: RestockQuantity,
 ) -> sqlx::Result<Option<Product>> {
-    let row = sqlx::query_as::<_, ProductRow>(
-        "UPDATE products SET stock = stock + $2, version = version + 1, updated_at = now() \
-         WHERE product_id = $1 \
+    let row = sqlx::query_as!(
+        ProductRow,
+        "UPDATE products SET stock = stock + $2, version = version + 1, updated_at = now()
+         WHERE product_id = $1
          RETURNING product_id, name, stock, version, updated_at",
+        product.0,
+        quantity.get(),
     )
-    .bind(product.0)
-    .bind(quantity.get())
     .fetch_optional(conn)
     .await?;
     Ok(row.map(Product::from))

@@ -1,4 +1,5 @@
-//! `reservations`: what inventory did with each order's stock.
+//! `reservations`: what inventory did with each order's stock. Every statement is checked
+//! against the migrations at build time (`sqlx::query!`, offline data in `.sqlx/`).
 
 use chrono::{DateTime, Utc};
 use shared::events::{LineItem, RejectionReason};
@@ -17,8 +18,9 @@ pub struct Reservation {
     pub updated_at: DateTime<Utc>,
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
+/// A reservation as the statements return it: state and reason are CHECK-ed text, read
+/// strictly into a [`Reservation`] (an unknown value fails the read, never becomes a default).
+struct StoredReservation {
     order_id: Uuid,
     state: String,
     items: Json<Vec<LineItem>>,
@@ -30,10 +32,10 @@ fn decode_error(what: &str, raw: &str) -> sqlx::Error {
     sqlx::Error::Decode(format!("unknown {what} {raw:?}").into())
 }
 
-impl TryFrom<Row> for Reservation {
+impl TryFrom<StoredReservation> for Reservation {
     type Error = sqlx::Error;
 
-    fn try_from(row: Row) -> Result<Self, sqlx::Error> {
+    fn try_from(row: StoredReservation) -> Result<Self, sqlx::Error> {
         Ok(Self {
             order_id: OrderId(row.order_id),
             state: ReservationState::parse(&row.state)
@@ -59,12 +61,12 @@ pub const KEY: &str = "reservations_pkey";
 /// first). Taken in one statement, in ascending key order, so two batches sharing orders
 /// never wait on each other in a cycle.
 pub async fn lock_orders(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<()> {
-    sqlx::query(
-        "SELECT pg_advisory_xact_lock(k) FROM ( \
-             SELECT DISTINCT hashtextextended(id::text, 0) AS k FROM unnest($1::uuid[]) AS id \
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(k) FROM (
+             SELECT DISTINCT hashtextextended(id::text, 0) AS k FROM unnest($1::uuid[]) AS id
              ORDER BY k) AS keys",
+        order_ids,
     )
-    .bind(order_ids)
     .execute(conn)
     .await
     .map(drop)
@@ -75,11 +77,13 @@ pub async fn find_all(
     conn: &mut PgConnection,
     order_ids: &[Uuid],
 ) -> sqlx::Result<Vec<Reservation>> {
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT order_id, state, items, rejection_reason, updated_at FROM reservations \
-         WHERE order_id = ANY($1)",
+    let rows = sqlx::query_as!(
+        StoredReservation,
+        r#"SELECT order_id, state, items AS "items: Json<Vec<LineItem>>", rejection_reason,
+                  updated_at
+           FROM reservations WHERE order_id = ANY($1)"#,
+        order_ids,
     )
-    .bind(order_ids)
     .fetch_all(conn)
     .await?;
     rows.into_iter().map(Reservation::try_from).collect()
@@ -106,14 +110,14 @@ pub async fn insert_all(conn: &mut PgConnection, rows: &[NewReservation]) -> sql
         .iter()
         .map(|r| r.rejection_reason.map(RejectionReason::as_str))
         .collect();
-    sqlx::query(
-        "INSERT INTO reservations (order_id, state, items, rejection_reason) \
+    sqlx::query!(
+        "INSERT INTO reservations (order_id, state, items, rejection_reason)
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[])",
+        &ids,
+        &states as &[&str],
+        &items as &[Json<&[LineItem]>],
+        &reasons as &[Option<&str>],
     )
-    .bind(ids)
-    .bind(states)
-    .bind(items)
-    .bind(reasons)
     .execute(conn)
     .await
     .map(drop)
@@ -128,19 +132,24 @@ pub async fn set_state_all(
     if order_ids.is_empty() {
         return Ok(());
     }
-    sqlx::query("UPDATE reservations SET state = $2, updated_at = now() WHERE order_id = ANY($1)")
-        .bind(order_ids)
-        .bind(state.as_str())
-        .execute(conn)
-        .await
-        .map(drop)
+    sqlx::query!(
+        "UPDATE reservations SET state = $2, updated_at = now() WHERE order_id = ANY($1)",
+        order_ids,
+        state.as_str(),
+    )
+    .execute(conn)
+    .await
+    .map(drop)
 }
 
 pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Option<Reservation>> {
-    let row: Option<Row> = sqlx::query_as(
-        "SELECT order_id, state, items, rejection_reason, updated_at FROM reservations WHERE order_id = $1",
+    let row = sqlx::query_as!(
+        StoredReservation,
+        r#"SELECT order_id, state, items AS "items: Json<Vec<LineItem>>", rejection_reason,
+                  updated_at
+           FROM reservations WHERE order_id = $1"#,
+        order_id.0,
     )
-    .bind(order_id.0)
     .fetch_optional(conn)
     .await?;
     row.map(Reservation::try_from).transpose()

@@ -6,12 +6,14 @@
 //! This, not the Redis lock, is what keeps stock correct: a writer holding a stale read (a
 //! lock holder paused past its TTL, two holders while Redis lost its keys, no lock at all
 //! while Redis is down) updates no row, re-reads and decides again.
+//!
+//! Every statement is checked against the migrations at build time (`sqlx::query!`).
 
 use shared::ids::ProductId;
 use sqlx::PgConnection;
 
 /// A product's stock and the version it was read at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StockRow {
     pub stock: i64,
     pub version: i64,
@@ -23,15 +25,18 @@ pub async fn read_all(
     products: &[ProductId],
 ) -> sqlx::Result<Vec<(ProductId, StockRow)>> {
     let ids: Vec<i64> = products.iter().map(|p| p.0).collect();
-    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
+    let rows = sqlx::query!(
         "SELECT product_id, stock, version FROM products WHERE product_id = ANY($1)",
+        &ids,
     )
-    .bind(ids)
     .fetch_all(conn)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, stock, version)| (ProductId(id), StockRow { stock, version }))
+        .map(|row| {
+            let (stock, version) = (row.stock, row.version);
+            (ProductId(row.product_id), StockRow { stock, version })
+        })
         .collect())
 }
 
@@ -61,16 +66,16 @@ pub async fn apply_changes(conn: &mut PgConnection, changes: &[Change]) -> sqlx:
     let ids: Vec<i64> = sorted.iter().map(|c| c.product_id.0).collect();
     let deltas: Vec<i64> = sorted.iter().map(|c| c.delta).collect();
     let versions: Vec<Option<i64>> = sorted.iter().map(|c| c.version).collect();
-    let done = sqlx::query(
-        "UPDATE products p SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now() \
-         FROM (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) \
-               AS c(product_id, delta, version) ORDER BY product_id) AS c \
-         WHERE p.product_id = c.product_id \
+    let done = sqlx::query!(
+        "UPDATE products p SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now()
+         FROM (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+               AS c(product_id, delta, version) ORDER BY product_id) AS c
+         WHERE p.product_id = c.product_id
            AND (c.version IS NULL OR p.version = c.version) AND p.stock + c.delta >= 0",
+        &ids,
+        &deltas,
+        &versions as &[Option<i64>],
     )
-    .bind(ids)
-    .bind(deltas)
-    .bind(versions)
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == changes.len() as u64)

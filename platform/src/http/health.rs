@@ -41,7 +41,8 @@ impl Readiness {
     /// The names of the systems that did not answer: `postgres`, `redis`, `rabbitmq`.
     pub async fn down(&self) -> Vec<&'static str> {
         let postgres = async {
-            tokio::time::timeout(PROBE_TIMEOUT, sqlx::query("SELECT 1").execute(&self.db))
+            let ping = sqlx::query_scalar!(r#"SELECT 1 AS "ping!""#).fetch_one(&self.db);
+            tokio::time::timeout(PROBE_TIMEOUT, ping)
                 .await
                 .is_ok_and(|r| r.is_ok())
         };

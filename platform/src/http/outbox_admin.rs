@@ -22,7 +22,7 @@ pub struct OutboxDb {
 }
 
 /// One outbox row as operators see it.
-#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct OutboxEntry {
     pub id: i64,
     /// Also the AMQP `message_id`.
@@ -90,14 +90,15 @@ pub async fn list(
             Problem::validation(format!("after {raw:?} is not a cursor this API returned"))
         })?,
     };
-    let rows: Vec<OutboxEntry> = sqlx::query_as(
-        "SELECT id, event_id, exchange, routing_key, status, attempts, next_attempt_at, \
-         last_error, created_at, sent_at, payload \
+    let rows = sqlx::query_as!(
+        OutboxEntry,
+        "SELECT id, event_id, exchange, routing_key, status, attempts, next_attempt_at,
+                last_error, created_at, sent_at, payload
          FROM outbox WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3",
+        status,
+        after,
+        limit + 1,
     )
-    .bind(status)
-    .bind(after)
-    .bind(limit + 1)
     .fetch_all(&db)
     .await
     .map_err(internal)?;
@@ -123,14 +124,15 @@ pub async fn retry(
     State(OutboxDb { db, signal }): State<OutboxDb>,
     Path(id): Path<i64>,
 ) -> Result<Json<OutboxEntry>, Problem> {
-    let row: Option<OutboxEntry> = sqlx::query_as(
-        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(), \
-         last_error = NULL, updated_at = now() \
-         WHERE id = $1 \
-         RETURNING id, event_id, exchange, routing_key, status, attempts, next_attempt_at, \
-         last_error, created_at, sent_at, payload",
+    let row = sqlx::query_as!(
+        OutboxEntry,
+        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(),
+                last_error = NULL, updated_at = now()
+         WHERE id = $1
+         RETURNING id, event_id, exchange, routing_key, status, attempts, next_attempt_at,
+                   last_error, created_at, sent_at, payload",
+        id,
     )
-    .bind(id)
     .fetch_optional(&db)
     .await
     .map_err(internal)?;

@@ -71,15 +71,15 @@ pub async fn enqueue_all(conn: &mut PgConnection, rows: Vec<NewOutboxRow>) -> sq
         headers.push(row.headers);
     }
     // unnest keeps the rows in order, so the relay publishes them in the batch's order.
-    sqlx::query(
-        "INSERT INTO outbox (event_id, exchange, routing_key, payload, headers) \
+    sqlx::query!(
+        "INSERT INTO outbox (event_id, exchange, routing_key, payload, headers)
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[])",
+        &ids,
+        &exchanges,
+        &routing_keys,
+        &payloads,
+        &headers,
     )
-    .bind(ids)
-    .bind(exchanges)
-    .bind(routing_keys)
-    .bind(payloads)
-    .bind(headers)
     .execute(conn)
     .await
     .map(drop)
@@ -131,14 +131,15 @@ pub async fn maintain(
 }
 
 async fn update_gauges(db: &sqlx::PgPool) -> sqlx::Result<()> {
-    let (backlog, oldest): (i64, f64) = sqlx::query_as(
-        "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) \
-         FROM outbox WHERE status = 'pending'",
+    let row = sqlx::query!(
+        r#"SELECT count(*) AS "backlog!",
+                  COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) AS "oldest!"
+           FROM outbox WHERE status = 'pending'"#,
     )
     .fetch_one(db)
     .await?;
-    metrics::gauge!(crate::messaging::relay::OUTBOX_BACKLOG).set(backlog as f64);
-    metrics::gauge!(crate::messaging::relay::OUTBOX_OLDEST_UNSENT_SECONDS).set(oldest);
+    metrics::gauge!(crate::messaging::relay::OUTBOX_BACKLOG).set(row.backlog as f64);
+    metrics::gauge!(crate::messaging::relay::OUTBOX_OLDEST_UNSENT_SECONDS).set(row.oldest);
     Ok(())
 }
 
@@ -147,23 +148,34 @@ async fn sweep_old_rows(
     retention: &Retention,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> sqlx::Result<()> {
-    let keep = retention.keep.as_secs_f64();
-    for statement in [
-        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE status = 'sent' \
-         AND sent_at < now() - make_interval(secs => $1) LIMIT $2)",
-        "DELETE FROM processed_messages WHERE message_id IN (SELECT message_id FROM processed_messages \
-         WHERE processed_at < now() - make_interval(secs => $1) LIMIT $2)",
-    ] {
-        while !shutdown.is_cancelled() {
-            let deleted = sqlx::query(statement)
-                .bind(keep)
-                .bind(retention.batch)
-                .execute(db)
-                .await?
-                .rows_affected();
-            if deleted < retention.batch as u64 {
-                break;
-            }
+    let (keep, batch) = (retention.keep.as_secs_f64(), retention.batch);
+    // Each table in turn, a batch per statement until one deletes less than a batch.
+    while !shutdown.is_cancelled() {
+        let deleted = sqlx::query!(
+            "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE status = 'sent'
+             AND sent_at < now() - make_interval(secs => $1) LIMIT $2)",
+            keep,
+            batch,
+        )
+        .execute(db)
+        .await?
+        .rows_affected();
+        if deleted < batch as u64 {
+            break;
+        }
+    }
+    while !shutdown.is_cancelled() {
+        let deleted = sqlx::query!(
+            "DELETE FROM processed_messages WHERE message_id IN (SELECT message_id FROM processed_messages
+             WHERE processed_at < now() - make_interval(secs => $1) LIMIT $2)",
+            keep,
+            batch,
+        )
+        .execute(db)
+        .await?
+        .rows_affected();
+        if deleted < batch as u64 {
+            break;
         }
     }
     Ok(())

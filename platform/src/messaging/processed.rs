@@ -12,12 +12,12 @@ pub async fn record_all(conn: &mut PgConnection, messages: &[(Uuid, &str)]) -> s
         return Ok(0);
     }
     let (ids, kinds): (Vec<Uuid>, Vec<&str>) = messages.iter().copied().unzip();
-    let done = sqlx::query(
-        "INSERT INTO processed_messages (message_id, kind) \
+    let done = sqlx::query!(
+        "INSERT INTO processed_messages (message_id, kind)
          SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING",
+        &ids,
+        &kinds as &[&str],
     )
-    .bind(ids)
-    .bind(kinds)
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
@@ -25,8 +25,10 @@ pub async fn record_all(conn: &mut PgConnection, messages: &[(Uuid, &str)]) -> s
 
 /// Which of `ids` were recorded already.
 pub async fn recorded_among(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar("SELECT message_id FROM processed_messages WHERE message_id = ANY($1)")
-        .bind(ids)
-        .fetch_all(conn)
-        .await
+    sqlx::query_scalar!(
+        "SELECT message_id FROM processed_messages WHERE message_id = ANY($1)",
+        ids,
+    )
+    .fetch_all(conn)
+    .await
 }

@@ -124,18 +124,14 @@ async fn create_database_if_missing(options: &PgConnectOptions) -> anyhow::Resul
         .context(
             "connecting to the `postgres` database to check that the service's database exists",
         )?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(&name)
-            .fetch_one(&mut admin)
-            .await?;
+    let exists = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS "exists!""#,
+        name,
+    )
+    .fetch_one(&mut admin)
+    .await?;
     if !exists {
-        // Identifiers cannot be bound as parameters; quote it the way PostgreSQL does.
-        let statement = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
-        match sqlx::query(sqlx::AssertSqlSafe(statement))
-            .execute(&mut admin)
-            .await
-        {
+        match crate::raw::create_database(&mut admin, &name).await {
             Ok(_) => tracing::info!(database = %name, "created database"),
             // Another instance won the race: duplicate_database, or the unique index behind it.
             Err(sqlx::Error::Database(e))

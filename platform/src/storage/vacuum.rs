@@ -48,19 +48,14 @@ pub async fn run(
 
 /// `true` when it vacuumed (autovacuum is off).
 async fn vacuum_unless_autovacuum(db: &PgPool, tables: &[&str]) -> sqlx::Result<bool> {
-    let autovacuum: bool = sqlx::query_scalar("SELECT current_setting('autovacuum')::boolean")
-        .fetch_one(db)
-        .await?;
+    let autovacuum =
+        sqlx::query_scalar!(r#"SELECT current_setting('autovacuum')::boolean AS "autovacuum!""#)
+            .fetch_one(db)
+            .await?;
     if autovacuum {
         return Ok(false);
     }
-    // The names are this crate's and the services' own constants. VACUUM cannot run in a
-    // transaction, hence the simple protocol. No ANALYZE: on these tables it costs a second
-    // (the JSON columns), where the vacuum costs tens of milliseconds; VACUUM still keeps the
-    // planner's row and page counts current.
-    let statement = format!("VACUUM {}", tables.join(", "));
-    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-        .execute(db)
-        .await?;
+    // The names are this crate's and the services' own constants (see the statement).
+    crate::raw::vacuum(db, tables).await?;
     Ok(true)
 }

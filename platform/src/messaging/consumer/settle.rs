@@ -127,7 +127,12 @@ async fn wait_before_retry(db: &PgPool, previous_deliveries: i64, shutdown: &Can
         () = tokio::time::sleep(pause) => {}
     }
     let mut attempt = 0;
-    while !shutdown.is_cancelled() && sqlx::query("SELECT 1").execute(db).await.is_err() {
+    while !shutdown.is_cancelled()
+        && sqlx::query_scalar!(r#"SELECT 1 AS "ping!""#)
+            .fetch_one(db)
+            .await
+            .is_err()
+    {
         attempt += 1;
         tokio::select! {
             () = shutdown.cancelled() => return,

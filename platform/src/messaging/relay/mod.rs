@@ -101,7 +101,7 @@ impl Default for RelaySettings {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 struct OutboxRow {
     id: i64,
     event_id: Uuid,
@@ -195,16 +195,16 @@ async fn relay_batch(
     // publishes the rows again, which consumers deduplicate. The relay's next batch (and
     // every other commit waiting on the same flush) goes on without it. Sent with the
     // `BEGIN` as one simple query: one round trip fewer per batch.
-    let mut tx = db
-        .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+    let mut tx = crate::raw::begin_async_commit(db)
         .await
         .context("beginning the relay transaction")?;
-    let rows: Vec<OutboxRow> = sqlx::query_as(
-        "SELECT id, event_id, exchange, routing_key, payload, headers, attempts FROM outbox \
-         WHERE status = 'pending' AND next_attempt_at <= now() \
+    let rows = sqlx::query_as!(
+        OutboxRow,
+        "SELECT id, event_id, exchange, routing_key, payload, headers, attempts FROM outbox
+         WHERE status = 'pending' AND next_attempt_at <= now()
          ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        settings.batch_size,
     )
-    .bind(settings.batch_size)
     .fetch_all(&mut *tx)
     .await
     .context("claiming outbox rows")?;
@@ -278,10 +278,10 @@ async fn relay_batch(
             }
         }
     }
-    sqlx::query(
+    sqlx::query!(
         "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now() WHERE id = ANY($1)",
+        &sent,
     )
-    .bind(&sent)
     .execute(&mut *tx)
     .await
     .context("marking outbox rows sent")?;

@@ -72,17 +72,17 @@ pub(super) async fn record_failure(
     } else {
         tracing::warn!(event_id = %row.event_id, attempts, error, "publish failed; will retry");
     }
-    sqlx::query(
-        "UPDATE outbox SET attempts = $2, last_error = $3, updated_at = now(), \
-         next_attempt_at = now() + make_interval(secs => $4), \
-         status = CASE WHEN $5 THEN 'dead' ELSE 'pending' END \
+    sqlx::query!(
+        "UPDATE outbox SET attempts = $2, last_error = $3, updated_at = now(),
+                next_attempt_at = now() + make_interval(secs => $4),
+                status = CASE WHEN $5 THEN 'dead' ELSE 'pending' END
          WHERE id = $1",
+        row.id,
+        attempts,
+        error,
+        delay.as_secs_f64(),
+        dead,
     )
-    .bind(row.id)
-    .bind(attempts)
-    .bind(error)
-    .bind(delay.as_secs_f64())
-    .bind(dead)
     .execute(conn)
     .await
     .map(drop)

@@ -45,13 +45,15 @@ pub enum Role {
 pub async fn role(conn: &mut PgConnection) -> sqlx::Result<Role> {
     // pg_current_wal_lsn() fails during recovery, hence the CASE; the WAL file name
     // starts with the timeline, in hexadecimal.
-    let (read_only, wal_file): (bool, Option<String>) = sqlx::query_as(
-        "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on', \
-                CASE WHEN pg_is_in_recovery() THEN NULL \
-                     ELSE pg_walfile_name(pg_current_wal_lsn()) END",
+    let row = sqlx::query!(
+        r#"SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'
+                      AS "read_only!",
+                  CASE WHEN pg_is_in_recovery() THEN NULL
+                       ELSE pg_walfile_name(pg_current_wal_lsn()) END AS wal_file"#,
     )
     .fetch_one(conn)
     .await?;
+    let (read_only, wal_file): (bool, Option<String>) = (row.read_only, row.wal_file);
     let timeline = wal_file
         .as_deref()
         .and_then(|name| u32::from_str_radix(name.get(..8)?, 16).ok());
