@@ -18,6 +18,17 @@ pub struct Received {
     pub body: serde_json::Value,
 }
 
+/// An event as the services write it: `event_type` around `payload`, version 1, occurring now,
+/// under a fresh (UUIDv7) event id. The id, and the envelope.
+pub fn event_envelope(event_type: &str, payload: serde_json::Value) -> (String, serde_json::Value) {
+    let event_id = uuid::Uuid::now_v7().to_string();
+    let envelope = serde_json::json!({
+        "event_id": event_id, "version": 1, "occurred_at": chrono::Utc::now(),
+        "event_type": event_type, "payload": payload,
+    });
+    (event_id, envelope)
+}
+
 impl AmqpProbe {
     /// Connects to `url` and declares the service topology there (as the services do).
     pub async fn connect(url: &str) -> Self {
@@ -58,6 +69,26 @@ impl AmqpProbe {
             .expect("publish")
             .await
             .expect("publish confirm");
+    }
+
+    /// Publishes an [`event_envelope`] of `event_type` around `payload` to `exchange`, as the
+    /// services publish events (the type is the routing key, the event id the message id);
+    /// returns the event id.
+    pub async fn publish_event(
+        &self,
+        exchange: &str,
+        event_type: &str,
+        payload: serde_json::Value,
+    ) -> String {
+        let (event_id, body) = event_envelope(event_type, payload);
+        self.publish(
+            exchange,
+            event_type,
+            body.to_string().as_bytes(),
+            Some(&event_id),
+        )
+        .await;
+        event_id
     }
 
     /// Takes (and acks) one message from `queue`, if any is there.

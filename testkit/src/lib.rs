@@ -2,28 +2,35 @@
 //! service: isolation against the real PostgreSQL, Redis and RabbitMQ (a database, a Redis
 //! key prefix and an AMQP vhost per test), child processes, a TCP proxy to cut connections,
 //! and private servers (a PostgreSQL node and standby, Redis and Sentinel, a RabbitMQ
-//! cluster, TLS endpoints) started on ports of their own.
+//! cluster, TLS endpoints) started on ports of their own; and the checks both services' tests
+//! share (problem+json answers, the edge's refusals, a drain after SIGTERM, the settings each
+//! refuses, the OpenAPI document).
 
 mod amqp_probe;
 pub mod captured_log;
 mod chaos;
+mod edge;
 mod http;
 mod isolation;
 mod logs;
+pub mod openapi;
 pub mod postgres;
 mod process;
 pub mod rabbitmq_cluster;
 pub mod redis;
+mod schema;
 pub mod sentinel;
 pub mod standby;
 pub mod tls;
 mod wait;
 
-pub use amqp_probe::{AmqpProbe, Received};
+pub use amqp_probe::{AmqpProbe, Received, event_envelope};
 pub use chaos::ChaosProxy;
+pub use edge::{assert_busy, saturated_pool, status_of};
 pub use http::{
-    REFUSED_CREDENTIALS, assert_each_setting_refused, challenge_of, scrape_metric,
-    send_with_credential,
+    REFUSED_BY_EVERY_SERVICE, REFUSED_CREDENTIALS, assert_each_setting_refused,
+    assert_limited_past_the_burst, assert_problem, assert_rate_limited, challenge_of, fetch_json,
+    one_a_second_after, poll_json, scrape_metric, send_with_credential, wait_until_ok,
 };
 pub use isolation::{
     TestDatabase, TestVhost, amqp_server, database_server, record_a_newer_migration, redis_prefix,
@@ -31,6 +38,10 @@ pub use isolation::{
 };
 pub use logs::init_logs;
 pub use process::{
-    KilledOnDrop, exit_status, expect_refused_start, free_port, service_command, signal,
+    Draining, KilledOnDrop, NO_BROKER, exit_status, expect_refused_start, free_port,
+    service_command, service_command_on, signal,
+};
+pub use schema::{
+    assert_the_previous_release_starts_on_a_newer_schema, idle_in_transaction_timeout,
 };
 pub use wait::eventually;

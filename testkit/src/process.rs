@@ -1,9 +1,13 @@
 //! Child processes of a test: the service binaries set up for this test, killed with their guard,
-//! signalled, and expected to refuse a start.
+//! signalled, expected to refuse a start, or drained after a SIGTERM.
 
-use crate::{eventually, redis_url};
+use crate::{eventually, redis_prefix, redis_url, wait_until_ok};
 
 use std::process::Command;
+use std::time::Duration;
+
+/// An `AMQP_URL` nothing listens on (port 1): the service's broker stays down.
+pub const NO_BROKER: &str = "amqp://guest:guest@127.0.0.1:1/%2f";
 
 /// A service binary set up to start against this test's database, vhost and Redis key
 /// prefix, quietly (logs at `error`, output discarded). Add `HTTP_ADDR` and anything else,
@@ -23,6 +27,13 @@ pub fn service_command(
         .env("RUST_LOG", "error")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    command
+}
+
+/// [`service_command`] with a Redis key prefix of its own, listening on `127.0.0.1:port`.
+pub fn service_command_on(port: u16, binary: &str, database_url: &str, amqp_url: &str) -> Command {
+    let mut command = service_command(binary, database_url, amqp_url, &redis_prefix());
+    command.env("HTTP_ADDR", format!("127.0.0.1:{port}"));
     command
 }
 
@@ -126,4 +137,53 @@ pub async fn exit_status(
         std::future::ready(child.try_wait().expect("wait for the binary"))
     })
     .await
+}
+
+/// A service process that got SIGTERM and drains: out of the load balancer, still running.
+#[derive(Debug)]
+pub struct Draining {
+    pub child: KilledOnDrop,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl Draining {
+    /// Spawns `command` (a [`service_command_on`] `port`, with `SHUTDOWN_DRAIN_SECS` set), waits
+    /// until `/readyz` answers 200, sends SIGTERM, and waits (10 s) until `/readyz` answers the
+    /// 503 `not-ready` problem whose detail is "shutting down".
+    pub async fn after_sigterm(mut command: Command, port: u16) -> Self {
+        let child = KilledOnDrop(command.spawn().expect("start the binary"));
+        let base = format!("http://127.0.0.1:{port}");
+        wait_until_ok(&format!("{base}/readyz")).await;
+        signal(&child, "TERM");
+        let client = reqwest::Client::new();
+        let problem = eventually(Duration::from_secs(10), || async {
+            let response = client.get(format!("{base}/readyz")).send().await.ok()?;
+            let status = response.status().as_u16();
+            let body = response.json::<serde_json::Value>().await.ok()?;
+            (status == 503).then_some(body)
+        })
+        .await;
+        assert_eq!(problem["type"], "/problems/not-ready");
+        assert_eq!(problem["detail"], "shutting down");
+        Self {
+            child,
+            base,
+            client,
+        }
+    }
+
+    /// `path` on the draining process.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Asserts the process has not exited yet.
+    pub fn assert_still_running(&mut self) {
+        assert!(
+            self.child.try_wait().expect("wait").is_none(),
+            "still running"
+        );
+    }
 }

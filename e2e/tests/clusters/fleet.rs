@@ -427,6 +427,16 @@ pub struct Databases {
     pub inventory: String,
 }
 
+impl Databases {
+    /// The test databases a scenario made for the services.
+    pub fn of(orders: &testkit::TestDatabase, inventory: &testkit::TestDatabase) -> Self {
+        Self {
+            orders: orders.url.clone(),
+            inventory: inventory.url.clone(),
+        }
+    }
+}
+
 /// Invariants 1–5 of docs/contract.md §4.3 after a scenario, printed as a summary and asserted:
 ///
 /// 1. per product: initial stock + restocks − final stock = Σ quantity of confirmed orders

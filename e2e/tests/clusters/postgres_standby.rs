@@ -18,6 +18,8 @@ use crate::fleet::{Databases, Fleet, Load, LoadPlan, ServiceEnv, check_invariant
 const RATE: u32 = 40;
 const DURATION: Duration = Duration::from_secs(30);
 const SWITCH_AFTER: Duration = Duration::from_secs(10);
+/// How long the orders and outboxes get to settle once the load stopped.
+const SETTLE: Duration = Duration::from_secs(90);
 
 /// The ids of the orders (in the orders database) or of the reservations (in inventory's).
 async fn ids(url: &str, sql: &'static str) -> BTreeSet<String> {
@@ -117,15 +119,7 @@ async fn orders_survive_a_switch_to_the_synchronous_standby() {
         orders: new_orders.clone(),
         inventory: pair.standby.url("inventory", ""),
     };
-    check_invariants(
-        &fleet,
-        &report,
-        &databases,
-        &vhost.url,
-        &initial,
-        Duration::from_secs(90),
-    )
-    .await;
+    check_invariants(&fleet, &report, &databases, &vhost.url, &initial, SETTLE).await;
     println!(
         "scenario: {:.0} s end to end (the pair's start included)",
         began.elapsed().as_secs_f64()

@@ -19,6 +19,8 @@ const BASE_PORT: u16 = 56100;
 const NODES: usize = 3;
 const INSTANCES: usize = 2;
 const AFTER_THE_RETURN: Duration = Duration::from_secs(10);
+/// How long the orders and outboxes get to settle once the load stopped.
+const SETTLE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "starts its own clusters; scripts/clusters.sh runs these"]
@@ -171,19 +173,9 @@ async fn losing_the_node_that_leads_the_most_queues_under_load_keeps_the_invaria
             queue.name
         );
     }
-    let databases = Databases {
-        orders: order_db.url.clone(),
-        inventory: inventory_db.url.clone(),
-    };
-    check_invariants(
-        &fleet,
-        &report,
-        &databases,
-        &cluster.amqp_urls()[0],
-        &initial,
-        Duration::from_secs(60),
-    )
-    .await;
+    let databases = Databases::of(&order_db, &inventory_db);
+    let amqp_url = &cluster.amqp_urls()[0];
+    check_invariants(&fleet, &report, &databases, amqp_url, &initial, SETTLE).await;
     drop(fleet);
     drop(cluster);
     println!(

@@ -217,10 +217,7 @@ async fn a_sentinel_failover_under_load_oversells_nothing_and_keeps_one_order_pe
         "the outage must have sent deductions past the lock, or it shows nothing"
     );
 
-    let databases = Databases {
-        orders: order_db.url.clone(),
-        inventory: inventory_db.url.clone(),
-    };
+    let databases = Databases::of(&order_db, &inventory_db);
     check_invariants(&fleet, &report, &databases, &vhost.url, &initial, GIVE_UP).await;
     println!(
         "scenario: {:.0} s end to end",

@@ -7,6 +7,9 @@ use testkit::{TestDatabase, TestVhost};
 
 use crate::fleet::{Databases, Fleet, Load, LoadPlan, ServiceEnv, check_invariants};
 
+/// How long the orders and outboxes get to settle once the load stopped.
+const SETTLE: Duration = Duration::from_secs(60);
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "starts its own clusters; scripts/clusters.sh runs these"]
 async fn the_fleet_keeps_the_invariants_without_an_outage() {
@@ -42,17 +45,6 @@ async fn the_fleet_keeps_the_invariants_without_an_outage() {
         "nothing failed, nothing may be refused"
     );
 
-    let databases = Databases {
-        orders: order_db.url.clone(),
-        inventory: inventory_db.url.clone(),
-    };
-    check_invariants(
-        &fleet,
-        &report,
-        &databases,
-        &vhost.url,
-        &initial,
-        Duration::from_secs(60),
-    )
-    .await;
+    let databases = Databases::of(&order_db, &inventory_db);
+    check_invariants(&fleet, &report, &databases, &vhost.url, &initial, SETTLE).await;
 }

@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 use testkit::{AmqpProbe, TestDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 
+use crate::order_config;
+
 pub const ADMIN: &str = "e2e-admin-token";
 pub const SETTLE: Duration = Duration::from_secs(20);
 
@@ -74,30 +76,11 @@ impl Stack {
             .set_nonblocking(true)
             .expect("non-blocking");
         let inventory_addr = inventory_listener.local_addr().expect("addr");
-        let mut order_config = order_service::config::Config {
-            http_addr: "127.0.0.1:0".parse().expect("addr"),
-            database_urls: vec![order_db.url.clone()],
-            database_max_connections: 10,
-            redis_url: testkit::redis_url(),
-            redis_sentinels: None,
-            redis_key_prefix: testkit::redis_prefix(),
-            redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
-            amqp_urls: vec![vhost.url.clone()],
-            admin_token: Some(ADMIN.into()),
-            inventory_url: format!("http://{inventory_addr}"),
-            idempotency_token_ttl: Duration::from_secs(3600),
-            idempotency_token_secret: None,
-            request_timeout: Duration::from_secs(30),
-            reconcile_after: Duration::from_secs(3600),
-            reconcile_every: Duration::from_secs(3600),
-            intake_batch_max: 64,
-            messaging: Default::default(),
-            rate_limit: Default::default(),
-            shutdown_drain: Duration::ZERO,
-            identity: Default::default(),
-            cors: Default::default(),
-            tls: Default::default(),
-        };
+        let mut order_config = order_config::config_for(&order_db, &testkit::redis_prefix());
+        order_config.amqp_urls = vec![vhost.url.clone()];
+        order_config.admin_token = Some(ADMIN.into());
+        order_config.inventory_url = format!("http://{inventory_addr}");
+        order_config.request_timeout = Duration::from_secs(30);
         configure_orders(&mut order_config);
         let orders = start_orders(order_config).await;
         let mut stack = Self {
@@ -235,28 +218,11 @@ impl Stack {
     }
 
     pub async fn create_product(&self, product_id: i64, stock: i64) {
-        let response = self
-            .client
-            .post(self.inventory_url("/products"))
-            .bearer_auth(ADMIN)
-            .json(&json!({"product_id": product_id, "name": format!("product {product_id}"), "stock": stock}))
-            .send()
-            .await
-            .expect("create product");
-        assert_eq!(response.status(), StatusCode::CREATED);
+        create_product(&self.client, &self.inventory_url(""), product_id, stock).await;
     }
 
     pub async fn stock(&self, product_id: i64) -> i64 {
-        let product: Value = self
-            .client
-            .get(self.inventory_url(&format!("/products/{product_id}")))
-            .send()
-            .await
-            .expect("get product")
-            .json()
-            .await
-            .expect("json");
-        product["stock"].as_i64().expect("stock")
+        stock_of(&self.client, &self.inventory_url(""), product_id).await
     }
 
     /// Takes a token and places an order; returns the order JSON.
@@ -266,14 +232,11 @@ impl Stack {
 
     /// [`Stack::place`], optionally continuing the client's W3C `traceparent`.
     pub async fn place_with_trace(&self, items: Value, traceparent: Option<&str>) -> Value {
-        let token: Value = self
-            .to_orders(reqwest::Method::POST, "/idempotency-tokens")
-            .send()
-            .await
-            .expect("token")
-            .json()
-            .await
-            .expect("json");
+        let token = testkit::fetch_json(
+            self.to_orders(reqwest::Method::POST, "/idempotency-tokens"),
+            "token",
+        )
+        .await;
         let mut request = self
             .to_orders(reqwest::Method::POST, "/orders")
             .header("Idempotency-Key", token["token"].as_str().expect("token"))
@@ -287,13 +250,8 @@ impl Stack {
     }
 
     pub async fn order(&self, order_id: &str) -> Value {
-        self.to_orders(reqwest::Method::GET, &format!("/orders/{order_id}"))
-            .send()
-            .await
-            .expect("get order")
-            .json()
-            .await
-            .expect("json")
+        let request = self.to_orders(reqwest::Method::GET, &format!("/orders/{order_id}"));
+        testkit::fetch_json(request, "get order").await
     }
 
     /// Waits until the order leaves `PENDING`; returns it.
@@ -322,11 +280,7 @@ impl Stack {
         if self.reservations_require_admin {
             request = request.bearer_auth(ADMIN);
         }
-        let response = request.send().await.expect("reservation");
-        match response.status() {
-            StatusCode::OK => Some(response.json().await.expect("json")),
-            _ => None,
-        }
+        reservation_of(request).await
     }
 
     pub async fn inventory_count(&self, sql: &'static str) -> i64 {
@@ -363,4 +317,37 @@ pub use testkit::eventually;
 
 pub fn id(order: &Value) -> String {
     order["order_id"].as_str().expect("order id").to_owned()
+}
+
+/// Creates product `product_id` with `stock` units on the inventory-service at `inventory`.
+pub async fn create_product(
+    client: &reqwest::Client,
+    inventory: &str,
+    product_id: i64,
+    stock: i64,
+) {
+    let response = client
+        .post(format!("{inventory}/products"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"product_id": product_id, "name": format!("product {product_id}"), "stock": stock}))
+        .send()
+        .await
+        .expect("create product");
+    assert_eq!(response.status(), StatusCode::CREATED);
+}
+
+/// The stock of `product_id` on the inventory-service at `inventory`.
+pub async fn stock_of(client: &reqwest::Client, inventory: &str, product_id: i64) -> i64 {
+    let request = client.get(format!("{inventory}/products/{product_id}"));
+    let product = testkit::fetch_json(request, "get product").await;
+    product["stock"].as_i64().expect("stock")
+}
+
+/// The reservation `request` (a `GET /reservations/{order_id}`) reads; `None` unless it is 200.
+pub async fn reservation_of(request: reqwest::RequestBuilder) -> Option<Value> {
+    let response = request.send().await.expect("reservation");
+    match response.status() {
+        StatusCode::OK => Some(response.json().await.expect("json")),
+        _ => None,
+    }
 }

@@ -6,13 +6,11 @@
 //! SIGTERM).
 
 use std::process::Child;
-use std::time::Duration;
 
-use reqwest::StatusCode;
-use serde_json::{Value, json};
-use testkit::{TestDatabase, TestVhost, eventually, signal};
+use serde_json::Value;
+use testkit::{TestDatabase, TestVhost, signal};
 
-use crate::helpers::ADMIN;
+use crate::helpers::{ADMIN, create_product, reservation_of, stock_of};
 
 pub struct InventoryProcess {
     child: Child,
@@ -24,13 +22,12 @@ impl InventoryProcess {
     /// Starts inventory-service on `db` and `vhost` and waits until it is ready.
     pub async fn start(db: &TestDatabase, vhost: &TestVhost) -> Self {
         let port = testkit::free_port();
-        let child = testkit::service_command(
+        let child = testkit::service_command_on(
+            port,
             env!("CARGO_BIN_EXE_inventory-service-process"),
             &db.url,
             &vhost.url,
-            &testkit::redis_prefix(),
         )
-        .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", ADMIN)
         .spawn()
         .expect("the child starts");
@@ -39,13 +36,7 @@ impl InventoryProcess {
             base: format!("http://127.0.0.1:{port}"),
             client: reqwest::Client::new(),
         };
-        eventually(Duration::from_secs(30), || async {
-            let ready = process.client.get(process.url("/readyz")).send().await;
-            ready
-                .is_ok_and(|r| r.status() == StatusCode::OK)
-                .then_some(())
-        })
-        .await;
+        testkit::wait_until_ok(&process.url("/readyz")).await;
         process
     }
 
@@ -62,41 +53,19 @@ impl InventoryProcess {
     }
 
     pub async fn create_product(&self, product_id: i64, stock: i64) {
-        let response = self
-            .client
-            .post(self.url("/products"))
-            .bearer_auth(ADMIN)
-            .json(&json!({"product_id": product_id, "name": "paused", "stock": stock}))
-            .send()
-            .await
-            .expect("create product");
-        assert_eq!(response.status(), StatusCode::CREATED);
+        create_product(&self.client, &self.base, product_id, stock).await;
     }
 
     pub async fn stock(&self, product_id: i64) -> i64 {
-        let product: Value = self
-            .client
-            .get(self.url(&format!("/products/{product_id}")))
-            .send()
-            .await
-            .expect("get product")
-            .json()
-            .await
-            .expect("json");
-        product["stock"].as_i64().expect("stock")
+        stock_of(&self.client, &self.base, product_id).await
     }
 
     pub async fn reservation(&self, order_id: &str) -> Option<Value> {
-        let response = self
-            .client
-            .get(self.url(&format!("/reservations/{order_id}")))
-            .send()
-            .await
-            .expect("reservation");
-        match response.status() {
-            StatusCode::OK => Some(response.json().await.expect("json")),
-            _ => None,
-        }
+        reservation_of(
+            self.client
+                .get(self.url(&format!("/reservations/{order_id}"))),
+        )
+        .await
     }
 
     /// The value of the counter `name` with the label `label` (`result="retried"`), from the

@@ -23,11 +23,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message;
-use serde_json::{Value, json};
+use serde_json::json;
 use testkit::{KilledOnDrop, TestDatabase, TestVhost, eventually, signal};
 use tonic::transport::server::TcpIncoming;
 
-use crate::helpers::{ADMIN, SETTLE};
+use crate::helpers::{ADMIN, SETTLE, create_product};
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
@@ -138,10 +138,8 @@ async fn start(
     env: &[(&str, String)],
 ) -> (KilledOnDrop, String) {
     let port = testkit::free_port();
-    let mut command =
-        testkit::service_command(binary, &db.url, &vhost.url, &testkit::redis_prefix());
+    let mut command = testkit::service_command_on(port, binary, &db.url, &vhost.url);
     command
-        .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", ADMIN)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
@@ -151,11 +149,7 @@ async fn start(
     }
     let child = KilledOnDrop(command.spawn().expect("the service starts"));
     let base = format!("http://127.0.0.1:{port}");
-    eventually(Duration::from_secs(30), || async {
-        let ready = reqwest::get(format!("{base}/readyz")).await.ok()?;
-        (ready.status() == StatusCode::OK).then_some(())
-    })
-    .await;
+    testkit::wait_until_ok(&format!("{base}/readyz")).await;
     (child, base)
 }
 
@@ -170,25 +164,14 @@ async fn stop(mut child: KilledOnDrop) -> std::process::ExitStatus {
 }
 
 async fn place_order(client: &reqwest::Client, orders: &str) -> String {
-    let token: Value = client
-        .post(format!("{orders}/idempotency-tokens"))
-        .send()
-        .await
-        .expect("token")
-        .json()
-        .await
-        .expect("json");
-    let order: Value = client
+    let token =
+        testkit::fetch_json(client.post(format!("{orders}/idempotency-tokens")), "token").await;
+    let order = client
         .post(format!("{orders}/orders"))
         .header("idempotency-key", token["token"].as_str().expect("token"))
         .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
-        .json(&json!({"user_id": 1, "items": [{"product_id": 1001, "quantity": 2}], "amount": "2.00"}))
-        .send()
-        .await
-        .expect("order")
-        .json()
-        .await
-        .expect("json");
+        .json(&json!({"user_id": 1, "items": [{"product_id": 1001, "quantity": 2}], "amount": "2.00"}));
+    let order = testkit::fetch_json(order, "order").await;
     order["order_id"].as_str().expect("order id").to_owned()
 }
 
@@ -227,24 +210,11 @@ async fn one_order_is_one_trace_over(protocol: &str) {
     )
     .await;
     let client = reqwest::Client::new();
-    let created = client
-        .post(format!("{inventory_base}/products"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"product_id": 1001, "name": "traced", "stock": 10}))
-        .send()
-        .await
-        .expect("create product");
-    assert_eq!(created.status(), StatusCode::CREATED);
+    create_product(&client, &inventory_base, 1001, 10).await;
     let order_id = place_order(&client, &orders_base).await;
     eventually(SETTLE, || async {
-        let order: Value = client
-            .get(format!("{orders_base}/orders/{order_id}"))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
+        let order =
+            testkit::poll_json(client.get(format!("{orders_base}/orders/{order_id}"))).await?;
         (order["status"] == "CONFIRMED").then_some(())
     })
     .await;

@@ -34,21 +34,12 @@ async fn admin_endpoints_refuse_a_missing_or_wrong_token_and_change_nothing() {
     ];
     for credential in credentials {
         for request in admin_requests(&app, &app.anonymous) {
-            let request = match &credential {
-                Some(value) => request.header("Authorization", value),
-                None => request,
-            };
-            let response = request.send().await.expect("request");
+            let (response, _) = testkit::send_with_credential(request, credential.as_deref()).await;
             assert_problem(response, 401, "unauthorized").await;
         }
     }
     assert_eq!(app.product(1).await["stock"], 10);
-    let response = app
-        .anonymous
-        .get(app.url("/products/5"))
-        .send()
-        .await
-        .expect("GET");
+    let response = app.get("/products/5").await;
     assert_eq!(response.status(), 404);
     assert_eq!(app.deduction_rows().await, 0);
 }
@@ -75,12 +66,7 @@ async fn with_no_admin_token_configured_every_admin_request_is_refused() {
 async fn reading_products_needs_no_token() {
     let app = TestApp::spawn().await;
     app.create_product(1, 1).await;
-    let response = app
-        .anonymous
-        .get(app.url("/products"))
-        .send()
-        .await
-        .expect("GET");
+    let response = app.get("/products").await;
     assert_eq!(response.status(), 200);
 }
 
@@ -130,12 +116,7 @@ async fn the_bearer_scheme_is_case_insensitive() {
 async fn with_reservations_require_admin_reading_a_reservation_needs_the_admin_token() {
     let path = "/reservations/0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80";
     let open = TestApp::spawn().await;
-    let response = open
-        .anonymous
-        .get(open.url(path))
-        .send()
-        .await
-        .expect("GET");
+    let response = open.get(path).await;
     assert_problem(response, 404, "not-found").await;
 
     let closed = TestApp::spawn_with(|c| c.reservations_require_admin = true).await;
@@ -166,13 +147,12 @@ async fn the_binary_closes_reservations_when_it_sees_the_identity_setting() {
     let vhost = TestVhost::create();
     let port = testkit::free_port();
     let _child = KilledOnDrop(
-        testkit::service_command(
+        testkit::service_command_on(
+            port,
             env!("CARGO_BIN_EXE_inventory-service"),
             &db.url,
             &vhost.url,
-            &testkit::redis_prefix(),
         )
-        .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("ADMIN_TOKEN", ADMIN_TOKEN)
         .env(
             "AUTH_JWT_SECRET",

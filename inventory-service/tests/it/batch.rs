@@ -17,7 +17,7 @@ use sqlx::PgPool;
 use testkit::{TestDatabase, redis_prefix, redis_url};
 use uuid::Uuid;
 
-use crate::helpers::database_with_products;
+use crate::helpers::{database_with_products, refuse_reservations_of};
 
 struct Setup {
     db: TestDatabase,
@@ -174,16 +174,7 @@ async fn a_poison_message_inside_a_batch_fails_alone() {
 async fn a_message_that_fails_inside_a_batch_fails_alone() {
     let s = setup(&[(1, 5)]).await;
     let (a, bad, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE FUNCTION refuse_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
-         BEGIN IF NEW.order_id = '{bad}' THEN RAISE EXCEPTION 'refused'; END IF; \
-         RETURN NEW; END $$; \
-         CREATE TRIGGER refuse_order BEFORE INSERT ON reservations \
-         FOR EACH ROW EXECUTE FUNCTION refuse_order();"
-    )))
-    .execute(&s.db.pool)
-    .await
-    .expect("a trigger");
+    refuse_reservations_of(&s.db.pool, bad).await;
     let batch = [
         created(a, &[(1, 1)]),
         created(bad, &[(1, 1)]),

@@ -7,41 +7,14 @@
 
 use std::time::Duration;
 
-use inventory_service::stock::lock::LockOptions;
+use inventory_service::deductions::BatchStats;
+use inventory_service::stock::lock::{LockOptions, Locks};
 use shared::ids::ProductId;
 use tokio::task::JoinHandle;
 
-use crate::helpers::{TestApp, eventually, patient};
+use crate::helpers::{Answer, TestApp, eventually, patient};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// One answer: status, whether it was a replay, body.
-type Answer = (u16, bool, Vec<u8>);
-
-fn send(app: &TestApp, id: &str, items: &[(i64, i64)]) -> JoinHandle<Answer> {
-    let client = app.admin.clone();
-    let url = app.url("/deductions");
-    let items: Vec<serde_json::Value> = items
-        .iter()
-        .map(|(p, q)| serde_json::json!({"product_id": p, "quantity": q}))
-        .collect();
-    let body = serde_json::json!({"deduction_id": id, "items": items});
-    tokio::spawn(async move {
-        let response = client
-            .post(url)
-            .json(&body)
-            .send()
-            .await
-            .expect("POST /deductions");
-        let status = response.status().as_u16();
-        let replayed = response.headers().contains_key("idempotent-replayed");
-        (
-            status,
-            replayed,
-            response.bytes().await.expect("a body").to_vec(),
-        )
-    })
-}
 
 async fn waiting_reaches(app: &TestApp, waiting: usize) {
     let deductions = app.deductions.clone();
@@ -52,14 +25,24 @@ async fn waiting_reaches(app: &TestApp, waiting: usize) {
     .await;
 }
 
-/// Sends `opener` alone, then `queued` one by one in this order while the opener's batch
-/// waits for the product's lock, then lets everything run. Answers in the order sent.
-async fn two_batches(
+/// A batch whose leader waits for a product's lock held by "another process": whatever is sent
+/// meanwhile queues for the next batch.
+struct HeldBatch {
+    /// The lock; releasing it lets the batches run.
+    held: Locks,
+    /// The batch counts before the opener was sent.
+    before: BatchStats,
+    /// The opener's answer, once the batches ran.
+    opener: JoinHandle<Answer>,
+}
+
+/// Takes `product`'s lock as another process would, sends `opener` alone and waits until its
+/// batch was taken (and waits for the lock).
+async fn open_behind_a_held_lock(
     app: &TestApp,
     product: i64,
     opener: (&str, &[(i64, i64)]),
-    queued: &[(&str, &[(i64, i64)])],
-) -> Vec<Answer> {
+) -> HeldBatch {
     let other_process = app.locker(LockOptions {
         ttl: Duration::from_secs(30),
         wait: WAIT,
@@ -71,25 +54,42 @@ async fn two_batches(
         .expect("the lock");
     assert!(!held.is_bypassed());
     let before = app.deductions.stats();
-    let mut tasks = vec![send(app, opener.0, opener.1)];
+    let opener = app.deduct_in_task(opener.0, opener.1);
     let deductions = app.deductions.clone();
     eventually(WAIT, || {
         let stats = deductions.stats();
         async move { (stats.batches == before.batches + 1).then_some(()) }
     })
     .await;
+    HeldBatch {
+        held,
+        before,
+        opener,
+    }
+}
+
+/// Sends `opener` alone, then `queued` one by one in this order while the opener's batch
+/// waits for the product's lock, then lets everything run. Answers in the order sent.
+async fn two_batches(
+    app: &TestApp,
+    product: i64,
+    opener: (&str, &[(i64, i64)]),
+    queued: &[(&str, &[(i64, i64)])],
+) -> Vec<Answer> {
+    let batch = open_behind_a_held_lock(app, product, opener).await;
+    let mut tasks = vec![batch.opener];
     for (n, (id, items)) in queued.iter().enumerate() {
-        tasks.push(send(app, id, items));
+        tasks.push(app.deduct_in_task(id, items));
         waiting_reaches(app, n + 1).await;
     }
-    held.release().await;
+    batch.held.release().await;
     let mut answers = Vec::new();
     for task in tasks {
         answers.push(task.await.expect("the request finishes"));
     }
     let after = app.deductions.stats();
     assert_eq!(
-        after.batches - before.batches,
+        after.batches - batch.before.batches,
         2,
         "the opener, then all the others"
     );
@@ -115,7 +115,7 @@ async fn a_short_stock_in_the_middle_of_a_batch_refuses_only_that_deduction() {
         ("one-too-many", &[(1, 1)]),
     ];
     let answers = two_batches(&app, 1, ("opener", &[(1, 1)]), &queued).await;
-    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
     assert_eq!(statuses, vec![200, 200, 409, 200, 409]);
     assert_eq!(app.stock(1).await, 0);
     assert_eq!(app.deduction_rows().await, 5, "every outcome recorded");
@@ -135,21 +135,27 @@ async fn a_deduction_id_repeated_inside_one_batch_deducts_once_and_repeats_the_f
     ];
     let answers = two_batches(&app, 1, ("opener", &[(1, 1)]), &queued).await;
     let (first, again, other) = (&answers[1], &answers[2], &answers[3]);
-    assert_eq!((first.0, first.1), (200, false));
-    assert_eq!((again.0, again.1), (200, true));
-    assert_eq!(again.2, first.2, "the same body, byte for byte");
-    assert_eq!(other.0, 422, "{:?}", other.2);
+    assert_eq!((first.status, first.replayed), (200, false));
+    assert_eq!((again.status, again.replayed), (200, true));
+    assert_eq!(again.body, first.body, "the same body, byte for byte");
+    assert_eq!(other.status, 422, "{:?}", other.body);
     let (short, short_again) = (&answers[4], &answers[5]);
-    assert_eq!((short.0, short_again.0, short_again.1), (409, 409, true));
-    assert_eq!(short_again.2, short.2);
+    assert_eq!(
+        (short.status, short_again.status, short_again.replayed),
+        (409, 409, true)
+    );
+    assert_eq!(short_again.body, short.body);
     assert_eq!(app.stock(1).await, 10 - 1 - 2);
     assert_eq!(app.deduction_rows().await, 3, "opener, twice, short-twice");
 
     // Replayed from PostgreSQL once the batch committed; a batch of replays commits nothing.
     let commits = app.deductions.stats().commits;
-    let replay = send(&app, "twice", &[(1, 2)]).await.expect("the replay");
-    assert_eq!((replay.0, replay.1), (200, true));
-    assert_eq!(replay.2, first.2);
+    let replay = app
+        .deduct_in_task("twice", &[(1, 2)])
+        .await
+        .expect("the replay");
+    assert_eq!((replay.status, replay.replayed), (200, true));
+    assert_eq!(replay.body, first.body);
     assert_eq!(app.deductions.stats().commits, commits);
     assert_eq!(app.stock(1).await, 7);
 }
@@ -158,30 +164,18 @@ async fn a_deduction_id_repeated_inside_one_batch_deducts_once_and_repeats_the_f
 async fn a_hundred_deductions_queued_on_one_product_take_one_commit() {
     let app = TestApp::spawn_with(patient).await;
     app.create_product(1, 1_000).await;
-    let other_process = app.locker(LockOptions {
-        ttl: Duration::from_secs(30),
-        wait: WAIT,
-        renew: true,
-    });
-    let held = other_process.acquire(ProductId(1)).await.expect("the lock");
-    let before = app.deductions.stats();
     let ids: Vec<String> = (0..101).map(|n| format!("d-{n}")).collect();
-    let mut tasks = vec![send(&app, &ids[0], &[(1, 1)])];
-    let deductions = app.deductions.clone();
-    eventually(WAIT, || {
-        let stats = deductions.stats();
-        async move { (stats.batches > before.batches).then_some(()) }
-    })
-    .await;
-    tasks.extend(ids[1..].iter().map(|id| send(&app, id, &[(1, 1)])));
+    let batch = open_behind_a_held_lock(&app, 1, (&ids[0], &[(1, 1)])).await;
+    let mut tasks = vec![batch.opener];
+    tasks.extend(ids[1..].iter().map(|id| app.deduct_in_task(id, &[(1, 1)])));
     waiting_reaches(&app, 100).await;
-    held.release().await;
+    batch.held.release().await;
     for task in tasks {
-        assert_eq!(task.await.expect("the request finishes").0, 200);
+        assert_eq!(task.await.expect("the request finishes").status, 200);
     }
     let after = app.deductions.stats();
     assert_eq!(
-        after.commits - before.commits,
+        after.commits - batch.before.commits,
         2,
         "101 deductions, two commits"
     );
@@ -211,29 +205,16 @@ async fn a_lone_deduction_is_a_batch_of_one_that_goes_at_once() {
 async fn a_deduction_whose_client_left_while_it_queued_is_not_applied() {
     let app = TestApp::spawn_with(patient).await;
     app.create_product(1, 10).await;
-    let other_process = app.locker(LockOptions {
-        ttl: Duration::from_secs(30),
-        wait: WAIT,
-        renew: true,
-    });
-    let held = other_process.acquire(ProductId(1)).await.expect("the lock");
-    let before = app.deductions.stats();
-    let opener = send(&app, "opener", &[(1, 1)]);
-    let deductions = app.deductions.clone();
-    eventually(WAIT, || {
-        let stats = deductions.stats();
-        async move { (stats.batches > before.batches).then_some(()) }
-    })
-    .await;
-    let gone = send(&app, "gone", &[(1, 5)]);
+    let batch = open_behind_a_held_lock(&app, 1, ("opener", &[(1, 1)])).await;
+    let gone = app.deduct_in_task("gone", &[(1, 5)]);
     waiting_reaches(&app, 1).await;
     gone.abort();
     // The server learns of the closed connection and drops the waiting handler.
-    let stayed = send(&app, "stayed", &[(1, 2)]);
+    let stayed = app.deduct_in_task("stayed", &[(1, 2)]);
     waiting_reaches(&app, 2).await;
-    held.release().await;
-    assert_eq!(opener.await.expect("the opener").0, 200);
-    assert_eq!(stayed.await.expect("the one that stayed").0, 200);
+    batch.held.release().await;
+    assert_eq!(batch.opener.await.expect("the opener").status, 200);
+    assert_eq!(stayed.await.expect("the one that stayed").status, 200);
     assert_eq!(
         app.stock(1).await,
         10 - 1 - 2,

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use shared::keys;
 use testkit::{self, AmqpProbe, KilledOnDrop, TestDatabase, TestVhost, eventually, signal};
 use uuid::Uuid;
+
+use crate::helpers::publish_order_created;
 
 const STOCK: i64 = 150;
 const ORDERS: i64 = 600;
@@ -52,18 +53,7 @@ async fn stream_of_orders(name: &str, orders: i64) -> (TestDatabase, TestVhost, 
         .expect("product");
     let probe = AmqpProbe::connect(&vhost.url).await;
     for _ in 0..orders {
-        let event_id = Uuid::now_v7().to_string();
-        let body = json!({"event_id": event_id, "version": 1, "occurred_at": chrono::Utc::now(),
-            "event_type": "order.created", "payload": {"order_id": Uuid::now_v7(), "user_id": 1,
-            "items": [{"product_id": 1, "quantity": 1}], "amount": "1.00"}});
-        probe
-            .publish(
-                keys::ORDERS_EXCHANGE,
-                keys::ORDER_CREATED,
-                body.to_string().as_bytes(),
-                Some(&event_id),
-            )
-            .await;
+        publish_order_created(&probe, Uuid::now_v7(), &[(1, 1)]).await;
     }
     (db, vhost, probe)
 }

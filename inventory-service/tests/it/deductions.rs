@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::helpers::{TestApp, assert_problem};
+use crate::helpers::{TestApp, assert_problem, assert_replayed, assert_replays};
 
 async fn version(app: &TestApp, product: i64) -> i64 {
     app.product(product).await["version"]
@@ -36,16 +36,7 @@ async fn a_repeated_deduction_id_with_the_same_items_replays_the_first_body_and_
     assert_eq!(first.status(), 200);
     let first = first.bytes().await.expect("body");
 
-    let again = app.deduct("d-1", &[(1, 3)]).await;
-    assert_eq!(again.status(), 200);
-    assert_eq!(
-        again
-            .headers()
-            .get("idempotent-replayed")
-            .map(|v| v.as_bytes()),
-        Some(&b"true"[..])
-    );
-    assert_eq!(again.bytes().await.expect("body"), first);
+    assert_replays(app.deduct("d-1", &[(1, 3)]).await, &first).await;
     assert_eq!(app.stock(1).await, 7);
 }
 
@@ -75,13 +66,7 @@ async fn a_refused_deduction_replays_its_409_even_after_a_restock() {
 
     assert_eq!(app.restock(1, 10, None).await.status(), 200);
     let again = app.deduct("d-short", &[(1, 5)]).await;
-    assert_eq!(
-        again
-            .headers()
-            .get("idempotent-replayed")
-            .map(|v| v.as_bytes()),
-        Some(&b"true"[..])
-    );
+    assert_replayed(&again);
     assert_eq!(
         assert_problem(again, 409, "insufficient-stock").await,
         first

@@ -6,27 +6,12 @@
 use std::time::Duration;
 
 use inventory_service::stock::lock::LockOptions;
-use serde_json::json;
 use shared::ids::ProductId;
 use shared::keys;
 use testkit::{AmqpProbe, eventually};
 use uuid::Uuid;
 
-use crate::helpers::TestApp;
-
-async fn publish_order(probe: &AmqpProbe, order_id: Uuid) {
-    let body = json!({"event_id": Uuid::now_v7(), "version": 1, "occurred_at": chrono::Utc::now(),
-        "event_type": "order.created", "payload": {"order_id": order_id, "user_id": 1,
-        "items": [{"product_id": 1, "quantity": 1}], "amount": "1.00"}});
-    probe
-        .publish(
-            keys::ORDERS_EXCHANGE,
-            keys::ORDER_CREATED,
-            body.to_string().as_bytes(),
-            None,
-        )
-        .await;
-}
+use crate::helpers::{TestApp, publish_order_created, refuse_reservations_of};
 
 async fn reservation_state(app: &TestApp, order_id: Uuid) -> Option<String> {
     sqlx::query_scalar("SELECT state FROM reservations WHERE order_id = $1")
@@ -36,24 +21,15 @@ async fn reservation_state(app: &TestApp, order_id: Uuid) -> Option<String> {
         .expect("a lookup")
 }
 
-fn contended(app_metrics: &str) -> f64 {
-    app_metrics
+/// Deliveries put back because the product's lock was held elsewhere, so far.
+async fn contended(app: &TestApp) -> f64 {
+    app.metrics()
+        .await
         .lines()
         .find(|l| l.starts_with(r#"messages_consumed_total{result="contended"}"#))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
-}
-
-async fn metrics(app: &TestApp) -> String {
-    app.anonymous
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("a body")
 }
 
 #[tokio::test]
@@ -67,17 +43,17 @@ async fn a_lock_held_elsewhere_for_long_delays_a_valid_order_but_never_dead_lett
         renew: true,
     });
     let held = other_process.acquire(ProductId(1)).await.expect("the lock");
-    let before = contended(&metrics(&app).await);
+    let before = contended(&app).await;
 
     let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
     let order_id = Uuid::now_v7();
-    publish_order(&probe, order_id).await;
+    publish_order_created(&probe, order_id, &[(1, 1)]).await;
 
     // Held through many more tries than the delivery limit (each try would have been a lock
     // wait and a requeue before): counted, not timed.
     let tries = 4.0 * keys::DELIVERY_LIMIT as f64;
     eventually(Duration::from_secs(60), || async {
-        (contended(&metrics(&app).await) - before >= tries).then_some(())
+        (contended(&app).await - before >= tries).then_some(())
     })
     .await;
     assert_eq!(
@@ -104,19 +80,10 @@ async fn a_message_that_keeps_failing_is_dead_lettered_after_the_delivery_limit(
     app.create_product(1, 10).await;
     let order_id = Uuid::now_v7();
     // A database that refuses this one order's reservation every time: a real failure.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE FUNCTION refuse_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
-         BEGIN IF NEW.order_id = '{order_id}' THEN RAISE EXCEPTION 'refused'; END IF; \
-         RETURN NEW; END $$; \
-         CREATE TRIGGER refuse_order BEFORE INSERT ON reservations \
-         FOR EACH ROW EXECUTE FUNCTION refuse_order();"
-    )))
-    .execute(&app.db)
-    .await
-    .expect("a trigger");
+    refuse_reservations_of(&app.db, order_id).await;
 
     let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
-    publish_order(&probe, order_id).await;
+    publish_order_created(&probe, order_id, &[(1, 1)]).await;
     let dlq = keys::dead_letter_queue(keys::INVENTORY_ORDER_EVENTS_QUEUE);
     eventually(Duration::from_secs(60), || async {
         (probe.ready(&dlq).await == 1).then_some(())

@@ -1,17 +1,12 @@
 //! The refusals every route shares: a saturated database pool is 503 `busy` with
 //! `Retry-After`, and clients past their rate limit get 429 `rate-limited`.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::Request;
 use inventory_service::Config;
-use platform::http::RateLimit;
-use sqlx::postgres::PgPoolOptions;
-use testkit::{TestDatabase, redis_prefix, redis_url};
-use tower::ServiceExt;
+use testkit::{NO_BROKER, TestDatabase, redis_prefix, redis_url};
 
-use crate::helpers::{TestApp, assert_problem};
+use crate::helpers::TestApp;
 
 #[tokio::test]
 async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
@@ -21,81 +16,34 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
         database_max_connections: 1,
         redis_url: redis_url(),
         redis_key_prefix: redis_prefix(),
-        amqp_urls: vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()],
+        amqp_urls: vec![NO_BROKER.into()],
         ..Config::default()
     };
     let mut state = inventory_service::build_state(config).await.expect("state");
     // One connection, which the test holds: every request must wait for the acquire timeout.
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_millis(200))
-        .connect(&database.url)
-        .await
-        .expect("pool");
-    state.db = pool.clone();
-    let held = pool.acquire().await.expect("the only connection");
+    let (pool, held) = testkit::saturated_pool(&database.url).await;
+    state.db = pool;
     let app = inventory_service::build_app(state);
+    let get = |uri: &str| Request::get(uri).body(Body::empty()).expect("request");
     for uri in [
         "/products/1",
         "/products",
         "/reservations/0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80",
     ] {
-        let response = app
-            .clone()
-            .oneshot(Request::get(uri).body(Body::empty()).expect("request"))
-            .await
-            .expect("infallible");
-        assert_eq!(response.status(), 503, "{uri}");
-        assert_eq!(response.headers()["retry-after"], "1", "{uri}");
-        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-            .await
-            .expect("body");
-        let problem: shared::Problem = serde_json::from_slice(&body).expect("problem");
-        assert_eq!(problem.slug(), "busy", "{uri}");
+        testkit::assert_busy(&app, get(uri), uri).await;
     }
     drop(held);
-    let response = app
-        .oneshot(
-            Request::get("/products/1")
-                .body(Body::empty())
-                .expect("request"),
-        )
-        .await
-        .expect("infallible");
-    assert_eq!(response.status(), 404, "the pool was the only reason");
+    assert_eq!(
+        testkit::status_of(&app, get("/products/1")).await,
+        404,
+        "the pool was the only reason"
+    );
 }
 
 #[tokio::test]
 async fn past_its_burst_a_client_gets_429_with_retry_after() {
-    let app = TestApp::spawn_with(|c| {
-        c.rate_limit = RateLimit {
-            per_sec: 1,
-            burst: 3,
-        }
-    })
-    .await;
-    for _ in 0..3 {
-        let response = app
-            .anonymous
-            .get(app.url("/products"))
-            .send()
-            .await
-            .expect("GET");
-        assert_eq!(response.status(), 200);
-    }
-    let response = app
-        .anonymous
-        .get(app.url("/products"))
-        .send()
-        .await
-        .expect("GET");
-    let retry_after: u64 = response.headers()["retry-after"]
-        .to_str()
-        .expect("ascii")
-        .parse()
-        .expect("seconds");
-    assert!(retry_after >= 1);
-    assert_problem(response, 429, "rate-limited").await;
+    let app = TestApp::spawn_with(|c| c.rate_limit = testkit::one_a_second_after(3)).await;
+    testkit::assert_limited_past_the_burst(3, 200, || app.get("/products")).await;
     for path in ["/healthz", "/readyz", "/metrics"] {
         let response = app.anonymous.get(app.url(path)).send().await.expect("GET");
         assert_ne!(response.status(), 429, "{path}");

@@ -8,10 +8,12 @@ use inventory_service::deductions::Deductions;
 use inventory_service::stock::lock::{LockOptions, Locker};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
-use shared::keys::RedisKeys;
+use shared::keys::{self, RedisKeys};
 use sqlx::PgPool;
-use testkit::{TestDatabase, TestVhost, redis_prefix, redis_url};
+use testkit::{AmqpProbe, TestDatabase, TestVhost, redis_prefix, redis_url};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
@@ -122,6 +124,20 @@ impl TestApp {
         format!("{}{path}", self.address)
     }
 
+    /// `GET path` without credentials.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.anonymous
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    /// The text of the service's `/metrics`.
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").await.text().await.expect("a body")
+    }
+
     /// A locker on the same Redis and key prefix as the service.
     pub fn locker(&self, options: LockOptions) -> Locker {
         let redis =
@@ -147,12 +163,7 @@ impl TestApp {
     }
 
     pub async fn product(&self, product_id: i64) -> Value {
-        let response = self
-            .anonymous
-            .get(self.url(&format!("/products/{product_id}")))
-            .send()
-            .await
-            .expect("GET /products/{id}");
+        let response = self.get(&format!("/products/{product_id}")).await;
         assert_eq!(response.status(), 200, "reading product {product_id}");
         response.json().await.expect("a product")
     }
@@ -165,16 +176,29 @@ impl TestApp {
 
     /// `POST /deductions` with `items` as `[(product_id, quantity)]`.
     pub async fn deduct(&self, deduction_id: &str, items: &[(i64, i64)]) -> reqwest::Response {
-        let items: Vec<Value> = items
-            .iter()
-            .map(|(p, q)| json!({"product_id": p, "quantity": q}))
-            .collect();
         self.admin
             .post(self.url("/deductions"))
-            .json(&json!({"deduction_id": deduction_id, "items": items}))
+            .json(&deduction_body(deduction_id, items))
             .send()
             .await
             .expect("POST /deductions")
+    }
+
+    /// [`TestApp::deduct`] from a task of its own, so that many can be in flight at once; the
+    /// handle resolves to the answer.
+    pub fn deduct_in_task(&self, deduction_id: &str, items: &[(i64, i64)]) -> JoinHandle<Answer> {
+        let request = self
+            .admin
+            .post(self.url("/deductions"))
+            .json(&deduction_body(deduction_id, items));
+        tokio::spawn(async move {
+            let response = request.send().await.expect("POST /deductions");
+            Answer {
+                status: response.status().as_u16(),
+                replayed: response.headers().contains_key("idempotent-replayed"),
+                body: response.bytes().await.expect("a body").to_vec(),
+            }
+        })
     }
 
     pub async fn restock(
@@ -201,32 +225,31 @@ impl TestApp {
     }
 }
 
+/// The body of `POST /deductions` with `items` as `[(product_id, quantity)]`.
+pub fn deduction_body(deduction_id: &str, items: &[(i64, i64)]) -> Value {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(p, q)| json!({"product_id": p, "quantity": q}))
+        .collect();
+    json!({"deduction_id": deduction_id, "items": items})
+}
+
+/// One answer to `POST /deductions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    /// Whether it carried `Idempotent-Replayed`.
+    pub replayed: bool,
+    pub body: Vec<u8>,
+}
+
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
 }
 
-/// Checks a problem+json response: status, content type and slug; returns the body.
-pub async fn assert_problem(response: reqwest::Response, status: u16, slug: &str) -> Value {
-    assert_eq!(response.status(), status, "status of a {slug} problem");
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    assert!(
-        content_type.starts_with("application/problem+json"),
-        "content type {content_type:?}"
-    );
-    let body: Value = response.json().await.expect("a problem body");
-    assert_eq!(body["type"], format!("/problems/{slug}"), "{body}");
-    assert_eq!(body["status"], status);
-    body
-}
-
-pub use testkit::eventually;
+pub use testkit::{assert_problem, eventually};
 
 /// Generous waits: these tests check correctness, not how fast 200 requests queue up on a
 /// busy two-core machine.
@@ -237,27 +260,12 @@ pub fn patient(config: &mut inventory_service::Config) {
 
 /// Sends `requests` one-unit deductions of `product` at once; returns the status codes.
 pub async fn stampede(app: &TestApp, product: i64, requests: usize) -> Vec<u16> {
-    let mut tasks = Vec::new();
-    for i in 0..requests {
-        let client = app.admin.clone();
-        let url = app.url("/deductions");
-        tasks.push(tokio::spawn(async move {
-            let body = serde_json::json!({
-                "deduction_id": format!("stampede-{i}"),
-                "items": [{"product_id": product, "quantity": 1}],
-            });
-            let response = client
-                .post(url)
-                .json(&body)
-                .send()
-                .await
-                .expect("POST /deductions");
-            response.status().as_u16()
-        }));
-    }
+    let tasks: Vec<_> = (0..requests)
+        .map(|i| app.deduct_in_task(&format!("stampede-{i}"), &[(product, 1)]))
+        .collect();
     let mut statuses = Vec::new();
     for task in tasks {
-        statuses.push(task.await.expect("the request task finishes"));
+        statuses.push(task.await.expect("the request task finishes").status);
     }
     statuses
 }
@@ -289,4 +297,53 @@ pub async fn database_with_products(prefix: &str, products: &[(i64, i64)]) -> Te
             .expect("a product");
     }
     db
+}
+
+/// Asserts that `response` says it is a replay (`Idempotent-Replayed: true`).
+pub fn assert_replayed(response: &reqwest::Response) {
+    assert_eq!(
+        response
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+}
+
+/// Asserts that `again` is a 200 replay of the first answer's body `first`, byte for byte.
+pub async fn assert_replays(again: reqwest::Response, first: &[u8]) {
+    assert_eq!(again.status(), 200);
+    assert_replayed(&again);
+    assert_eq!(again.bytes().await.expect("body"), first);
+}
+
+/// Publishes an `order.created` of `order_id` for `items` as `[(product_id, quantity)]` (user
+/// 1, amount 1.00), as order-service would.
+pub async fn publish_order_created(probe: &AmqpProbe, order_id: Uuid, items: &[(i64, i64)]) {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(p, q)| json!({"product_id": p, "quantity": q}))
+        .collect();
+    probe
+        .publish_event(
+            keys::ORDERS_EXCHANGE,
+            keys::ORDER_CREATED,
+            json!({"order_id": order_id, "user_id": 1, "items": items, "amount": "1.00"}),
+        )
+        .await;
+}
+
+/// Makes the database `pool` refuse every insert of `order_id`'s reservation (a trigger that
+/// raises): a failure that repeats on every try.
+pub async fn refuse_reservations_of(pool: &PgPool, order_id: Uuid) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.order_id = '{order_id}' THEN RAISE EXCEPTION 'refused'; END IF; \
+         RETURN NEW; END $$; \
+         CREATE TRIGGER refuse_order BEFORE INSERT ON reservations \
+         FOR EACH ROW EXECUTE FUNCTION refuse_order();"
+    )))
+    .execute(pool)
+    .await
+    .expect("a trigger");
 }

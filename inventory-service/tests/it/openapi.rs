@@ -68,17 +68,7 @@ fn every_operation_has_a_unique_id_and_admin_operations_declare_the_bearer_token
 fn the_committed_openapi_document_matches_the_code() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../openapi/inventory-service.json");
     let generated = inventory_service::openapi::spec_json().expect("the spec serialises") + "\n";
-    if std::env::var_os("UPDATE_OPENAPI").is_some() {
-        std::fs::create_dir_all(path.parent().expect("a parent")).expect("openapi/ exists");
-        std::fs::write(&path, generated).expect("the document is written");
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "{} is stale or missing: run `UPDATE_OPENAPI=1 cargo test -p inventory-service` and commit it",
-        path.display()
-    );
+    testkit::openapi::assert_committed_document(&path, &generated, "inventory-service");
 }
 
 /// What the edge answers is documented on every operation: 429 (except the probes) and 503
@@ -86,40 +76,6 @@ fn the_committed_openapi_document_matches_the_code() {
 #[test]
 fn the_edge_answers_and_paging_rules_are_documented() {
     let spec = spec();
-    assert!(spec["servers"][0]["url"].is_string());
-    for (path, item) in spec["paths"].as_object().expect("paths") {
-        let probe = ["/healthz", "/readyz", "/metrics"].contains(&path.as_str());
-        for (method, operation) in item.as_object().expect("a path item") {
-            let responses = &operation["responses"];
-            assert!(responses["500"].is_object(), "{method} {path} 500");
-            for status in ["429", "503"] {
-                if status == "429" && probe {
-                    assert!(
-                        responses.get(status).is_none(),
-                        "{method} {path} is never limited"
-                    );
-                    continue;
-                }
-                assert!(
-                    responses[status]["headers"]["Retry-After"].is_object(),
-                    "{method} {path} {status} declares Retry-After"
-                );
-            }
-        }
-    }
-    let limit = spec["paths"]["/products"]["get"]["parameters"]
-        .as_array()
-        .expect("parameters")
-        .iter()
-        .find(|p| p["name"] == "limit")
-        .expect("limit")
-        .clone();
-    assert_eq!(limit["schema"]["minimum"], 1, "{limit}");
-    assert!(limit["schema"].get("maximum").is_none(), "{limit}");
-    assert!(
-        limit["description"]
-            .as_str()
-            .expect("described")
-            .contains("capped")
-    );
+    testkit::openapi::assert_edge_answers_documented(&spec);
+    testkit::openapi::assert_limit_is_capped_not_bounded(&spec, "/products");
 }

@@ -9,12 +9,7 @@ use crate::helpers::{TestApp, assert_problem, eventually};
 #[tokio::test]
 async fn healthz_answers_and_readyz_turns_ready_once_every_backing_system_answers() {
     let app = TestApp::spawn().await;
-    let health = app
-        .anonymous
-        .get(app.url("/healthz"))
-        .send()
-        .await
-        .expect("GET /healthz");
+    let health = app.get("/healthz").await;
     assert_eq!(health.status(), 200);
     eventually(Duration::from_secs(20), || async {
         let response = app.anonymous.get(app.url("/readyz")).send().await.ok()?;
@@ -28,15 +23,7 @@ async fn every_lock_and_deduction_metric_is_exposed() {
     let app = TestApp::spawn().await;
     app.create_product(1, 1).await;
     assert_eq!(app.deduct("d", &[(1, 1)]).await.status(), 200);
-    let text = app
-        .anonymous
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = app.metrics().await;
     for series in [
         r#"lock_acquisitions_total{result="acquired"}"#,
         r#"lock_acquisitions_total{result="timeout"}"#,
@@ -55,15 +42,7 @@ async fn every_lock_and_deduction_metric_is_exposed() {
 #[tokio::test]
 async fn the_openapi_document_describes_every_endpoint_and_the_docs_are_served() {
     let app = TestApp::spawn().await;
-    let spec: Value = app
-        .anonymous
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .expect("GET /openapi.json")
-        .json()
-        .await
-        .expect("json");
+    let spec: Value = app.get("/openapi.json").await.json().await.expect("json");
     assert!(
         spec["openapi"]
             .as_str()
@@ -102,12 +81,7 @@ async fn the_openapi_document_describes_every_endpoint_and_the_docs_are_served()
             "schema {schema}"
         );
     }
-    let docs = app
-        .anonymous
-        .get(app.url("/docs/"))
-        .send()
-        .await
-        .expect("GET /docs/");
+    let docs = app.get("/docs/").await;
     assert_eq!(docs.status(), 200);
     assert!(docs.text().await.expect("html").contains("swagger"));
 }
@@ -115,12 +89,7 @@ async fn the_openapi_document_describes_every_endpoint_and_the_docs_are_served()
 #[tokio::test]
 async fn unknown_routes_and_wrong_methods_are_problems_and_request_ids_are_echoed() {
     let app = TestApp::spawn().await;
-    let response = app
-        .anonymous
-        .get(app.url("/nowhere"))
-        .send()
-        .await
-        .expect("GET");
+    let response = app.get("/nowhere").await;
     assert!(response.headers().contains_key("x-request-id"));
     assert_problem(response, 404, "not-found").await;
     let response = app

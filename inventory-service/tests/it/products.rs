@@ -59,12 +59,7 @@ async fn a_product_that_does_not_exist_is_a_404_problem() {
 }
 
 async fn page(app: &TestApp, query: &str) -> (Vec<i64>, Value) {
-    let response = app
-        .anonymous
-        .get(app.url(&format!("/products{query}")))
-        .send()
-        .await
-        .expect("GET /products");
+    let response = app.get(&format!("/products{query}")).await;
     assert_eq!(response.status(), 200, "{query}");
     let body: Value = response.json().await.expect("json");
     let ids = body["items"]
@@ -112,12 +107,7 @@ async fn the_list_limit_defaults_to_20_is_capped_at_100_and_refuses_nonsense() {
         "?after=x",
         "?after=-3",
     ] {
-        let response = app
-            .anonymous
-            .get(app.url(&format!("/products{bad}")))
-            .send()
-            .await
-            .expect("GET");
+        let response = app.get(&format!("/products{bad}")).await;
         assert_problem(response, 422, "validation-failed").await;
     }
 }

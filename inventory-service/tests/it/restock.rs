@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::helpers::{TestApp, assert_problem};
+use crate::helpers::{TestApp, assert_problem, assert_replays};
 
 #[tokio::test]
 async fn a_restock_adds_stock_and_bumps_the_version() {
@@ -30,16 +30,7 @@ async fn a_repeated_idempotency_key_adds_nothing_and_replays_the_first_response(
     // Stock moves in between: the replay still answers the first response.
     assert_eq!(app.deduct("d", &[(1, 1)]).await.status(), 200);
 
-    let again = app.restock(1, 5, Some("restock-1")).await;
-    assert_eq!(again.status(), 200);
-    assert_eq!(
-        again
-            .headers()
-            .get("idempotent-replayed")
-            .map(|v| v.as_bytes()),
-        Some(&b"true"[..])
-    );
-    assert_eq!(again.bytes().await.expect("body"), first);
+    assert_replays(app.restock(1, 5, Some("restock-1")).await, &first).await;
     assert_eq!(app.stock(1).await, 4);
 }
 

@@ -175,15 +175,7 @@ async fn invalid_products_are_refused_and_nothing_is_created() {
         let response = post_raw(&app, "/products", body).await;
         assert_eq!(response.status(), status, "{shown}");
     }
-    let list: serde_json::Value = app
-        .anonymous
-        .get(app.url("/products"))
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let list: serde_json::Value = app.get("/products").await.json().await.expect("json");
     assert_eq!(list["items"], json!([]));
 }
 
@@ -278,11 +270,6 @@ async fn control_characters_in_any_string_are_422_and_change_nothing() {
 
     assert_eq!(app.stock(1).await, 10);
     assert_eq!(app.deduction_rows().await, 0);
-    let missing = app
-        .anonymous
-        .get(app.url("/products/2"))
-        .send()
-        .await
-        .expect("GET");
+    let missing = app.get("/products/2").await;
     assert_eq!(missing.status(), 404);
 }

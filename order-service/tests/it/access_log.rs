@@ -1,13 +1,9 @@
 //! The access log of the real binary: one JSON line per answered request under the target
 //! `access`, naming method, matched route, status, latency and request id.
 
-use std::time::Duration;
-
 use serde_json::Value;
 use testkit::TestDatabase;
 use testkit::captured_log::CapturedLog;
-
-use crate::helpers::eventually;
 
 /// The access line of the request `request_id`, parsed.
 async fn access_line(log: &CapturedLog, request_id: &str) -> Value {
@@ -24,25 +20,20 @@ async fn access_line(log: &CapturedLog, request_id: &str) -> Value {
 async fn every_request_gets_one_json_access_line_with_its_route_status_latency_and_request_id() {
     let db = TestDatabase::create("orders_access_log", &order_service::MIGRATOR).await;
     let port = testkit::free_port();
-    let mut command = testkit::service_command(
+    let mut command = testkit::service_command_on(
+        port,
         env!("CARGO_BIN_EXE_order-service"),
         &db.url,
-        "amqp://guest:guest@127.0.0.1:1/%2f",
-        &testkit::redis_prefix(),
+        testkit::NO_BROKER,
     );
     command
-        .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("LOG_FORMAT", "json")
         // Everything else quiet: the access log has its own target and level.
         .env("RUST_LOG", "warn,access=info");
     let (_child, log) = CapturedLog::spawn(&mut command);
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    eventually(Duration::from_secs(30), || async {
-        let response = client.get(format!("{base}/healthz")).send().await.ok()?;
-        response.status().is_success().then_some(())
-    })
-    .await;
+    testkit::wait_until_ok(&format!("{base}/healthz")).await;
 
     let order = "0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80";
     for (method, path, route, status) in [

@@ -1,15 +1,10 @@
 //! The refusals every route shares: 401s carry a `Bearer` challenge, a saturated database
 //! pool is 503 `busy` with `Retry-After`, and clients past their rate limit get 429.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::Request;
 use order_service::config::Config;
-use platform::http::RateLimit;
-use sqlx::postgres::PgPoolOptions;
 use testkit::TestDatabase;
-use tower::ServiceExt;
 
 use crate::helpers::{TestApp, assert_problem, random_uuid};
 
@@ -51,18 +46,12 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
     config.database_max_connections = 1;
     config.redis_url = testkit::redis_url();
     config.redis_key_prefix = testkit::redis_prefix();
-    config.amqp_urls = vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()];
+    config.amqp_urls = vec![testkit::NO_BROKER.into()];
     config.admin_token = Some(ADMIN_TOKEN.into());
     let mut state = order_service::build_state(config).await.expect("state");
     // One connection, which the test holds: every request waits out the acquire timeout.
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_millis(200))
-        .connect(&database.url)
-        .await
-        .expect("pool");
-    state.db = pool.clone();
-    let held = pool.acquire().await.expect("the only connection");
+    let (pool, held) = testkit::saturated_pool(&database.url).await;
+    state.db = pool;
     let app = order_service::build_app(state);
     let order = format!("/orders/{}", random_uuid());
     let cancel = format!("{order}/cancel");
@@ -79,55 +68,27 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
             .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
             .body(Body::empty())
             .expect("request");
-        let response = app.clone().oneshot(request).await.expect("infallible");
-        assert_eq!(response.status(), 503, "{method} {uri}");
-        assert_eq!(response.headers()["retry-after"], "1", "{method} {uri}");
-        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-            .await
-            .expect("body");
-        let problem: shared::Problem = serde_json::from_slice(&body).expect("problem");
-        assert_eq!(problem.slug(), "busy", "{method} {uri}");
+        testkit::assert_busy(&app, request, &format!("{method} {uri}")).await;
     }
     drop(held);
-    let response = app
-        .oneshot(Request::get(&order).body(Body::empty()).expect("request"))
-        .await
-        .expect("infallible");
-    assert_eq!(response.status(), 404, "the pool was the only reason");
+    let request = Request::get(&order).body(Body::empty()).expect("request");
+    assert_eq!(
+        testkit::status_of(&app, request).await,
+        404,
+        "the pool was the only reason"
+    );
 }
 
 #[tokio::test]
 async fn past_its_burst_a_client_gets_429_with_retry_after() {
-    let app = TestApp::spawn_with(|c| {
-        c.rate_limit = RateLimit {
-            per_sec: 1,
-            burst: 3,
-        }
-    })
-    .await;
+    let app = TestApp::spawn_with(|c| c.rate_limit = testkit::one_a_second_after(3)).await;
     let path = format!("/orders/{}", random_uuid());
-    for _ in 0..3 {
-        assert_eq!(app.get(&path).await.status(), 404);
-    }
-    let response = app.get(&path).await;
-    let retry_after: u64 = response.headers()["retry-after"]
-        .to_str()
-        .expect("ascii")
-        .parse()
-        .expect("seconds");
-    assert!(retry_after >= 1);
-    assert_problem(response, 429, "rate-limited").await;
+    testkit::assert_limited_past_the_burst(3, 404, || app.get(&path)).await;
 }
 
 #[tokio::test]
 async fn health_readiness_and_metrics_are_never_limited() {
-    let app = TestApp::spawn_with(|c| {
-        c.rate_limit = RateLimit {
-            per_sec: 1,
-            burst: 1,
-        }
-    })
-    .await;
+    let app = TestApp::spawn_with(|c| c.rate_limit = testkit::one_a_second_after(1)).await;
     for _ in 0..10 {
         for path in ["/healthz", "/readyz", "/metrics"] {
             assert_ne!(app.get(path).await.status(), 429, "{path}");

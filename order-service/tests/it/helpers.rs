@@ -3,11 +3,15 @@
 use std::time::Duration;
 
 use order_service::config::Config;
+use redis::aio::MultiplexedConnection;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
+use sqlx::PgConnection;
 use testkit::{AmqpProbe, TestDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+pub use crate::config::config_for;
 
 pub struct TestApp {
     pub base: String,
@@ -17,36 +21,6 @@ pub struct TestApp {
     /// The app's own RabbitMQ vhost, when it has a broker.
     pub vhost: Option<TestVhost>,
     shutdown: CancellationToken,
-}
-
-/// The configuration of a service on this test's database and Redis prefix, with its broker
-/// unreachable and reconciliation idle until a test changes them.
-pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
-    Config {
-        http_addr: "127.0.0.1:0".parse().expect("address"),
-        database_urls: vec![db.url.clone()],
-        database_max_connections: 10,
-        redis_url: testkit::redis_url(),
-        redis_sentinels: None,
-        redis_key_prefix: redis_prefix.to_owned(),
-        redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
-        // Nothing listens on port 1: the broker stays down unless a test sets a vhost.
-        amqp_urls: vec!["amqp://guest:guest@127.0.0.1:1/%2f".into()],
-        admin_token: Some("test-admin-token".into()),
-        inventory_url: "http://127.0.0.1:1".into(),
-        idempotency_token_ttl: Duration::from_secs(3600),
-        idempotency_token_secret: None,
-        request_timeout: Duration::from_secs(10),
-        reconcile_after: Duration::from_secs(3600),
-        reconcile_every: Duration::from_secs(3600),
-        intake_batch_max: 64,
-        messaging: Default::default(),
-        rate_limit: Default::default(),
-        shutdown_drain: Duration::ZERO,
-        identity: Default::default(),
-        cors: Default::default(),
-        tls: Default::default(),
-    }
 }
 
 impl TestApp {
@@ -183,13 +157,23 @@ impl TestApp {
             .expect("count")
     }
 
-    /// Deletes every Redis key of this app, as a Redis restart (which keeps nothing) would.
-    pub async fn forget_redis(&self) {
-        let client = redis::Client::open(testkit::redis_url()).expect("redis url");
-        let mut conn = client
+    /// A connection to the app's Redis.
+    async fn redis(&self) -> MultiplexedConnection {
+        redis::Client::open(testkit::redis_url())
+            .expect("redis url")
             .get_multiplexed_async_connection()
             .await
-            .expect("redis");
+            .expect("redis")
+    }
+
+    /// The Redis key of `token`'s state.
+    fn token_key(&self, token: &str) -> String {
+        format!("{}idem:{token}", self.redis_prefix)
+    }
+
+    /// Deletes every Redis key of this app, as a Redis restart (which keeps nothing) would.
+    pub async fn forget_redis(&self) {
+        let mut conn = self.redis().await;
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{}*", self.redis_prefix))
             .query_async(&mut conn)
@@ -206,31 +190,19 @@ impl TestApp {
 
     /// Overwrites a token's Redis state (keeping its TTL), to stage what a crash leaves.
     pub async fn set_token_state(&self, token: &str, state: &str) {
-        let client = redis::Client::open(testkit::redis_url()).expect("redis url");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis");
-        let key = format!("{}idem:{token}", self.redis_prefix);
         redis::cmd("SET")
-            .arg(key)
+            .arg(self.token_key(token))
             .arg(state)
             .arg("KEEPTTL")
-            .query_async::<()>(&mut conn)
+            .query_async::<()>(&mut self.redis().await)
             .await
             .expect("set");
     }
 
     pub async fn redis_key_exists(&self, token: &str) -> bool {
-        let client = redis::Client::open(testkit::redis_url()).expect("redis url");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis");
-        let key = format!("{}idem:{token}", self.redis_prefix);
         redis::cmd("EXISTS")
-            .arg(key)
-            .query_async::<bool>(&mut conn)
+            .arg(self.token_key(token))
+            .query_async::<bool>(&mut self.redis().await)
             .await
             .expect("exists")
     }
@@ -246,28 +218,35 @@ pub fn order_body(user_id: i64, product_id: i64, quantity: i64) -> Value {
     json!({"user_id": user_id, "items": [{"product_id": product_id, "quantity": quantity}], "amount": 10.5})
 }
 
-/// Asserts a problem+json answer with `status` and `slug`; returns the body.
-pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
-    assert_eq!(response.status().as_u16(), status, "status");
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    assert_eq!(content_type, "application/problem+json");
-    let body: Value = response.json().await.expect("problem body");
-    assert_eq!(body["type"], format!("/problems/{slug}"), "{body}");
-    assert_eq!(body["status"], status);
-    assert!(
-        body["title"].is_string() && body["detail"].is_string(),
-        "{body}"
-    );
-    body
-}
-
-pub use testkit::eventually;
+pub use testkit::{assert_problem, eventually};
 
 pub fn random_uuid() -> String {
     Uuid::new_v4().to_string()
+}
+
+/// Writes a committed-looking order and outcome for `token` in `conn` (a transaction the test
+/// holds open, or commits at once): the stored first response is `{"order_id": …}`.
+pub async fn store_outcome(conn: &mut PgConnection, token: &str, body: &Value) -> String {
+    let order_id = Uuid::new_v4();
+    let first = json!({"order_id": order_id, "stored": true}).to_string();
+    sqlx::query(
+        "INSERT INTO orders (order_id, user_id, items, amount) \
+         VALUES ($1, 1, '[{\"product_id\": 1, \"quantity\": 1}]', 1)",
+    )
+    .bind(order_id)
+    .execute(&mut *conn)
+    .await
+    .expect("an order");
+    sqlx::query(
+        "INSERT INTO idempotency_keys (token, fingerprint, order_id, response_status, response_body) \
+         VALUES ($1, $2, $3, 202, $4)",
+    )
+    .bind(Uuid::parse_str(token).expect("a uuid"))
+    .bind(order_service::tokens::fingerprint::of_json(body))
+    .bind(order_id)
+    .bind(first.as_bytes())
+    .execute(&mut *conn)
+    .await
+    .expect("an outcome");
+    first
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use order_service::tokens::signed::{TokenSecret, TokenSigner};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_problem, eventually, order_body, random_uuid};
+use crate::helpers::{TestApp, assert_problem, eventually, order_body, random_uuid, store_outcome};
 
 #[tokio::test]
 async fn an_issued_token_creates_one_pending_order() {
@@ -289,28 +289,8 @@ async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outco
         ),
     )
     .await;
-    let order_id = uuid::Uuid::new_v4();
-    let first_body = format!(r#"{{"order_id":"{order_id}","status":"PENDING"}}"#);
     let mut a = app.db.pool.begin().await.expect("A's transaction");
-    sqlx::query(
-        "INSERT INTO orders (order_id, user_id, items, amount) \
-         VALUES ($1, 1, '[{\"product_id\": 1001, \"quantity\": 2}]', 10.5)",
-    )
-    .bind(order_id)
-    .execute(&mut *a)
-    .await
-    .expect("A's order");
-    sqlx::query(
-        "INSERT INTO idempotency_keys (token, fingerprint, order_id, response_status, response_body) \
-         VALUES ($1, $2, $3, 202, $4)",
-    )
-    .bind(uuid::Uuid::parse_str(&token).expect("a uuid"))
-    .bind(&fingerprint)
-    .bind(order_id)
-    .bind(first_body.as_bytes())
-    .execute(&mut *a)
-    .await
-    .expect("A's outcome");
+    let first_body = store_outcome(&mut a, &token, &body).await;
 
     // Redis loses its keys; request B repeats A.
     app.forget_redis().await;

@@ -8,12 +8,12 @@ use std::process::Child;
 use std::time::Duration;
 
 use reqwest::Response;
-use serde_json::{Value, json};
-use sqlx::{PgConnection, Postgres, Transaction};
+use serde_json::Value;
+use sqlx::{Postgres, Transaction};
 use testkit::TestDatabase;
 use uuid::Uuid;
 
-use crate::helpers::{assert_problem, eventually, order_body};
+use crate::helpers::{assert_problem, eventually, order_body, store_outcome};
 
 /// order-service as a process of its own, with its broker unreachable (outbox rows stay put).
 pub struct Binary {
@@ -27,7 +27,7 @@ impl Binary {
         let child = testkit::service_command(
             env!("CARGO_BIN_EXE_order-service"),
             &db.url,
-            "amqp://guest:guest@127.0.0.1:1/%2f",
+            testkit::NO_BROKER,
             prefix,
         )
         .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
@@ -39,16 +39,7 @@ impl Binary {
             base: format!("http://127.0.0.1:{port}"),
             client: reqwest::Client::new(),
         };
-        eventually(Duration::from_secs(30), || async {
-            let response = binary
-                .client
-                .get(binary.url("/healthz"))
-                .send()
-                .await
-                .ok()?;
-            response.status().is_success().then_some(())
-        })
-        .await;
+        testkit::wait_until_ok(&binary.url("/healthz")).await;
         binary
     }
 
@@ -57,15 +48,8 @@ impl Binary {
     }
 
     pub async fn issue_token(&self) -> String {
-        let body: Value = self
-            .client
-            .post(self.url("/idempotency-tokens"))
-            .send()
-            .await
-            .expect("issue")
-            .json()
-            .await
-            .expect("json");
+        let request = self.client.post(self.url("/idempotency-tokens"));
+        let body = testkit::fetch_json(request, "issue").await;
         body["token"].as_str().expect("token").to_owned()
     }
 
@@ -98,33 +82,6 @@ impl Drop for Binary {
         self.child.kill().ok();
         self.child.wait().ok();
     }
-}
-
-/// Writes a committed-looking order and outcome for `token` in `conn` (a transaction the test
-/// holds open, or commits at once): the stored first response is `{"order_id": …}`.
-pub async fn store_outcome(conn: &mut PgConnection, token: &str, body: &Value) -> String {
-    let order_id = Uuid::new_v4();
-    let first = json!({"order_id": order_id, "stored": true}).to_string();
-    sqlx::query(
-        "INSERT INTO orders (order_id, user_id, items, amount) \
-         VALUES ($1, 1, '[{\"product_id\": 1, \"quantity\": 1}]', 1)",
-    )
-    .bind(order_id)
-    .execute(&mut *conn)
-    .await
-    .expect("an order");
-    sqlx::query(
-        "INSERT INTO idempotency_keys (token, fingerprint, order_id, response_status, response_body) \
-         VALUES ($1, $2, $3, 202, $4)",
-    )
-    .bind(Uuid::parse_str(token).expect("a uuid"))
-    .bind(order_service::tokens::fingerprint::of_json(body))
-    .bind(order_id)
-    .bind(first.as_bytes())
-    .execute(&mut *conn)
-    .await
-    .expect("an outcome");
-    first
 }
 
 /// Holds the intake up: a transaction of the test owns the outcome of a token, and a request

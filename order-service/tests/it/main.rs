@@ -3,6 +3,7 @@
 
 mod access_log;
 mod api_edge;
+mod config;
 mod consumer_batches;
 mod consumer_panics;
 mod edge;

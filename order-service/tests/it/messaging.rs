@@ -12,20 +12,22 @@ use crate::helpers::{TestApp, assert_problem, eventually, order_body};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-fn envelope(event_type: &str, payload: Value) -> (String, Vec<u8>) {
-    let event_id = Uuid::now_v7().to_string();
-    let body = json!({
-        "event_id": event_id, "version": 1, "occurred_at": chrono::Utc::now(),
-        "event_type": event_type, "payload": payload,
-    });
-    (event_id, body.to_string().into_bytes())
-}
-
 /// Publishes an inventory event as inventory-service would (its type is its routing key).
 async fn send(probe: &testkit::AmqpProbe, event_type: &str, payload: Value) {
-    let (event_id, body) = envelope(event_type, payload);
     probe
-        .publish(keys::INVENTORY_EXCHANGE, event_type, &body, Some(&event_id))
+        .publish_event(keys::INVENTORY_EXCHANGE, event_type, payload)
+        .await;
+}
+
+/// Publishes `envelope` (an `inventory.reserved`) under its `event_id`, once more.
+async fn publish_reserved(probe: &testkit::AmqpProbe, (event_id, envelope): &(String, Value)) {
+    probe
+        .publish(
+            keys::INVENTORY_EXCHANGE,
+            "inventory.reserved",
+            envelope.to_string().as_bytes(),
+            Some(event_id),
+        )
         .await;
 }
 
@@ -73,19 +75,12 @@ async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
     let order = app.create_order(&order_body(1, 1001, 2)).await;
     let order_id = order["order_id"].as_str().expect("id");
     let probe = app.probe().await;
-    let (event_id, body) = envelope(
+    let reserved = testkit::event_envelope(
         "inventory.reserved",
         json!({"order_id": order_id, "items": order["items"]}),
     );
     for _ in 0..2 {
-        probe
-            .publish(
-                keys::INVENTORY_EXCHANGE,
-                "inventory.reserved",
-                &body,
-                Some(&event_id),
-            )
-            .await;
+        publish_reserved(&probe, &reserved).await;
     }
     app.wait_for_status(order_id, "CONFIRMED").await;
     eventually(WAIT, || async {
@@ -97,14 +92,7 @@ async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
     // Once the order is cancelled, a reservation it had not seen would ask inventory for a
     // release; the same reservation seen before must not.
     assert_eq!(app.cancel(order_id).await.status(), 200);
-    probe
-        .publish(
-            keys::INVENTORY_EXCHANGE,
-            "inventory.reserved",
-            &body,
-            Some(&event_id),
-        )
-        .await;
+    publish_reserved(&probe, &reserved).await;
     // One delivery at a time, in order: once a later message is recorded, the duplicate was
     // handled.
     send(
@@ -313,13 +301,7 @@ async fn an_unroutable_row_dies_after_its_attempts_and_an_operator_can_send_it_a
             .bearer_auth("test-admin-token")
     };
     let dead: Value = eventually(WAIT, || async {
-        let page: Value = admin("/admin/outbox?status=dead")
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
+        let page = testkit::poll_json(admin("/admin/outbox?status=dead")).await?;
         (!page["items"].as_array()?.is_empty()).then_some(page)
     })
     .await;

@@ -8,14 +8,10 @@ fn the_committed_openapi_document_is_current() {
         .to_pretty_json()
         .expect("serialises")
         + "\n";
-    if std::env::var_os("UPDATE_OPENAPI").is_some() {
-        std::fs::write(path, &generated).expect("write the document");
-        return;
-    }
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "openapi/order-service.json is stale; run `UPDATE_OPENAPI=1 cargo test -p order-service openapi`"
+    testkit::openapi::assert_committed_document(
+        std::path::Path::new(path),
+        &generated,
+        "order-service",
     );
 }
 
@@ -25,36 +21,12 @@ fn the_committed_openapi_document_is_current() {
 #[test]
 fn the_edge_answers_and_the_order_forms_are_documented() {
     let spec = serde_json::to_value(order_service::openapi::spec()).expect("serialises");
-    assert!(spec["servers"][0]["url"].is_string());
-    for (path, item) in spec["paths"].as_object().expect("paths") {
-        let probe = ["/healthz", "/readyz", "/metrics"].contains(&path.as_str());
-        for (method, operation) in item.as_object().expect("a path item") {
-            let responses = &operation["responses"];
-            assert!(responses["500"].is_object(), "{method} {path} 500");
-            assert!(
-                responses["503"]["headers"]["Retry-After"].is_object(),
-                "{method} {path} 503"
-            );
-            assert_eq!(
-                responses["429"]["headers"]["Retry-After"].is_object(),
-                !probe,
-                "{method} {path} 429"
-            );
-        }
-    }
+    testkit::openapi::assert_edge_answers_documented(&spec);
     let create = &spec["paths"]["/orders"]["post"];
     assert!(create["responses"]["409"]["headers"]["Retry-After"].is_object());
     let forms = &spec["components"]["schemas"]["OrderBody"]["oneOf"];
     assert_eq!(forms.as_array().map(Vec::len), Some(2), "{forms}");
-    let limit = spec["paths"]["/orders"]["get"]["parameters"]
-        .as_array()
-        .expect("parameters")
-        .iter()
-        .find(|p| p["name"] == "limit")
-        .expect("limit")
-        .clone();
-    assert_eq!(limit["schema"]["minimum"], 1, "{limit}");
-    assert!(limit["schema"].get("maximum").is_none(), "{limit}");
+    testkit::openapi::assert_limit_is_capped_not_bounded(&spec, "/orders");
 }
 
 /// The end user's JWT is declared, optional on exactly the operations that take it (so tools

@@ -5,12 +5,9 @@ use std::collections::HashSet;
 use std::process::Child;
 use std::time::Duration;
 
-use serde_json::Value;
 use shared::keys;
 use sqlx::Connection;
 use testkit::{AmqpProbe, TestDatabase, TestVhost};
-
-use crate::helpers::eventually;
 
 #[tokio::test]
 async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
@@ -18,23 +15,18 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
     // A database name nobody created yet: the service must create it itself.
     let fresh = format!("{}_fresh", db.name);
     let port = testkit::free_port();
-    let mut child = testkit::service_command(
+    let mut child = testkit::service_command_on(
+        port,
         env!("CARGO_BIN_EXE_order-service"),
         &format!("{}/{fresh}", testkit::database_server()),
-        "amqp://guest:guest@127.0.0.1:1/%2f",
-        &testkit::redis_prefix(),
+        testkit::NO_BROKER,
     )
-    .env("HTTP_ADDR", format!("127.0.0.1:{port}"))
     .env("RUST_LOG", "warn")
     .spawn()
     .expect("start the binary");
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    eventually(Duration::from_secs(30), || async {
-        let response = client.get(format!("{base}/healthz")).send().await.ok()?;
-        response.status().is_success().then_some(())
-    })
-    .await;
+    testkit::wait_until_ok(&format!("{base}/healthz")).await;
     let token = client
         .post(format!("{base}/idempotency-tokens"))
         .send()
@@ -43,17 +35,8 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
     assert_eq!(token.status(), 201);
 
     testkit::signal(&child, "TERM");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let exit = loop {
-        if let Some(exit) = child.try_wait().expect("wait") {
-            break exit;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still running after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Still running 15 s after SIGTERM fails the test.
+    let exit = testkit::exit_status(&mut child, Duration::from_secs(15)).await;
     assert!(exit.success(), "exit status {exit:?}");
 
     let mut admin =
@@ -88,32 +71,16 @@ async fn orders_committed_before_a_kill_9_are_all_published_after_the_restart() 
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let mut first = start(port, &db, &vhost, &prefix);
-    eventually(Duration::from_secs(30), || async {
-        let response = client.get(format!("{base}/readyz")).send().await.ok()?;
-        response.status().is_success().then_some(())
-    })
-    .await;
+    testkit::wait_until_ok(&format!("{base}/readyz")).await;
 
     // Orders arrive concurrently; the process dies while some are still being published.
     let place = |_| async {
-        let token: Value = client
-            .post(format!("{base}/idempotency-tokens"))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        let order: Value = client
+        let token = testkit::poll_json(client.post(format!("{base}/idempotency-tokens"))).await?;
+        let order = client
             .post(format!("{base}/orders"))
             .header("Idempotency-Key", token["token"].as_str()?)
-            .json(&serde_json::json!({"user_id": 1, "product_id": 1, "quantity": 1, "amount": 1}))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
+            .json(&serde_json::json!({"user_id": 1, "product_id": 1, "quantity": 1, "amount": 1}));
+        let order = testkit::poll_json(order).await?;
         order["order_id"].as_str().map(str::to_owned)
     };
     let placed: Vec<String> = futures_util::future::join_all((0..200).map(place))
