@@ -6,6 +6,7 @@ use std::time::Duration;
 use platform::config;
 use platform::http::{Cors, RateLimit};
 use platform::messaging::MessagingConfig;
+use platform::startup::BackingSettings;
 use platform::storage::redis::Sentinels;
 use platform::storage::tls::ClientTls;
 
@@ -131,6 +132,21 @@ impl Config {
             cors: Cors::from_env()?,
             tls: ClientTls::from_env()?,
         })
+    }
+}
+
+impl Config {
+    /// Where the backing services are, for [`platform::startup::Backing::connect`].
+    pub fn backing(&self) -> BackingSettings<'_> {
+        BackingSettings {
+            database_urls: &self.database_urls,
+            database_max_connections: self.database_max_connections,
+            redis_url: &self.redis_url,
+            redis_sentinels: self.redis_sentinels.as_ref(),
+            redis_timeout: self.redis_timeout,
+            amqp_urls: &self.amqp_urls,
+            tls: &self.tls,
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use shared::Problem;
 use shared::ids::ProductId;
 
+use crate::deductions::DeductionError;
 use crate::input::Invalid;
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +42,18 @@ impl From<sqlx::Error> for ApiError {
                 Self::Busy("the database is busy; retry shortly".to_owned())
             }
             other => Self::Database(other),
+        }
+    }
+}
+
+/// A deduction's refusals as the API words them.
+impl From<DeductionError> for ApiError {
+    fn from(error: DeductionError) -> Self {
+        match error {
+            DeductionError::Reused => Self::KeyReused(error.to_string()),
+            DeductionError::Busy(detail) => Self::Busy(detail),
+            DeductionError::Database(error) => Self::Database(error),
+            DeductionError::Unexpected(error) => Self::Unexpected(error),
         }
     }
 }

@@ -16,12 +16,9 @@ use std::sync::{Arc, LazyLock};
 use anyhow::Context;
 use axum::Router;
 use platform::http::AdminToken;
-use platform::http::health::Readiness;
 use platform::messaging::background::Messaging;
-use platform::messaging::broker::Broker;
 use platform::messaging::outbox::OutboxSignal;
-use platform::storage::postgres::PoolSettings;
-use platform::storage::redis::health::{self as redis_health, RedisHealth};
+use platform::startup::Backing;
 use shared::keys::{self, RedisKeys};
 use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
@@ -63,25 +60,13 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 /// [`serve`] runs); registers the metrics.
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     metrics::register();
-    let settings = PoolSettings {
-        max_connections: config.database_max_connections,
-        ..PoolSettings::default()
-    };
-    let db = platform::storage::postgres::connect_and_migrate(
-        &config.database_urls,
-        &settings,
-        &MIGRATOR,
-    )
-    .await
-    .context("preparing the database")?;
-    let redis = platform::storage::redis::connect_with_timeout(
-        &config.redis_url,
-        config.redis_sentinels.as_ref(),
-        config.redis_timeout,
-        config.tls.redis_ca.as_ref(),
-    )?;
-    let redis_health = RedisHealth::default();
-    let broker = Broker::cluster(&config.amqp_urls, config.tls.amqp_ca.clone());
+    let Backing {
+        db,
+        redis,
+        redis_health,
+        broker,
+        readiness,
+    } = Backing::connect(config.backing(), &MIGRATOR).await?;
     let locker = lock::Locker::new(
         redis.clone(),
         RedisKeys::new(config.redis_key_prefix.clone()),
@@ -94,12 +79,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     );
     let deductions = deductions::Deductions::new(db.clone(), locker.clone());
     Ok(AppState {
-        readiness: Readiness {
-            db: db.clone(),
-            redis: redis.clone(),
-            broker_up: broker.up(),
-            draining: CancellationToken::new(),
-        },
+        readiness,
         db,
         redis,
         redis_health,
@@ -152,22 +132,7 @@ pub async fn serve(
         handler,
         &shutdown,
     );
-    tasks.spawn(platform::messaging::background::keep_running(
-        "redis health",
-        shutdown.clone(),
-        {
-            let (health, redis, stop) = (
-                state.redis_health.clone(),
-                state.redis.clone(),
-                shutdown.clone(),
-            );
-            move || {
-                health
-                    .clone()
-                    .watch(redis.clone(), redis_health::CHECK_EVERY, stop.clone())
-            }
-        },
-    ));
+    platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
     tasks.close();
     // With each connection's peer address, which the rate limits key on.
     let app = build_app(state).into_make_service_with_connect_info::<SocketAddr>();

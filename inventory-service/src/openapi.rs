@@ -5,7 +5,7 @@
 //! [`crate::reservations::routes`], [`crate::health`]).
 
 use axum::Router;
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use platform::http::openapi::AdminBearer;
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -35,22 +35,6 @@ use crate::{deductions, health, products, reservations};
     modifiers(&AdminBearer),
 )]
 pub struct ApiDoc;
-
-/// Declares `admin_token`: `Authorization: Bearer <ADMIN_TOKEN>`.
-#[derive(Debug)]
-struct AdminBearer;
-
-impl Modify for AdminBearer {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        let mut bearer = Http::new(HttpAuthScheme::Bearer);
-        bearer.description = Some(
-            "`Authorization: Bearer <ADMIN_TOKEN>`; admin endpoints answer 401 without it"
-                .to_owned(),
-        );
-        components.add_security_scheme("admin_token", SecurityScheme::Http(bearer));
-    }
-}
 
 /// Every documented route, without state: also what [`spec`] is made from.
 pub fn api() -> OpenApiRouter<AppState> {

@@ -9,6 +9,7 @@ use anyhow::Context;
 use platform::config as env;
 use platform::http::{Cors, RateLimit};
 use platform::messaging::MessagingConfig;
+use platform::startup::BackingSettings;
 use platform::storage::redis::Sentinels;
 use platform::storage::tls::ClientTls;
 
@@ -114,5 +115,20 @@ fn token_secret() -> anyhow::Result<Option<TokenSecret>> {
              {MIN_BYTES} bytes long"
         ),
         secret => Ok(secret.map(TokenSecret::new)),
+    }
+}
+
+impl Config {
+    /// Where the backing services are, for [`platform::startup::Backing::connect`].
+    pub fn backing(&self) -> BackingSettings<'_> {
+        BackingSettings {
+            database_urls: &self.database_urls,
+            database_max_connections: self.database_max_connections,
+            redis_url: &self.redis_url,
+            redis_sentinels: self.redis_sentinels.as_ref(),
+            redis_timeout: self.redis_timeout,
+            amqp_urls: &self.amqp_urls,
+            tls: &self.tls,
+        }
     }
 }

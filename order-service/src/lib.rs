@@ -17,10 +17,9 @@ use std::sync::{Arc, LazyLock};
 use anyhow::Context;
 use axum::Router;
 use platform::http::AdminToken;
-use platform::http::health::Readiness;
 use platform::messaging::background::{Messaging, keep_running};
-use platform::messaging::broker::Broker;
 use platform::messaging::outbox::OutboxSignal;
+use platform::startup::Backing;
 use shared::keys::{self, RedisKeys};
 use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
@@ -36,7 +35,6 @@ use crate::orders::settle::consumer::InventoryEvents;
 use crate::state::AppState;
 use crate::tokens::signed::{TokenSecret, TokenSigner};
 use crate::tokens::store::TokenStore;
-use platform::storage::redis::health::{self as redis_health, RedisHealth};
 
 /// The service's migrations, embedded. During a rolling update an instance of the previous
 /// release may (re)start after a newer one migrated: migrations only expand what older code
@@ -52,36 +50,20 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     metrics::register();
     orders::intake::register_metrics();
-    let settings = platform::storage::postgres::PoolSettings {
-        max_connections: config.database_max_connections,
-        ..Default::default()
-    };
-    let db = platform::storage::postgres::connect_and_migrate(
-        &config.database_urls,
-        &settings,
-        &MIGRATOR,
-    )
-    .await
-    .context("preparing the orders database")?;
-    let redis = platform::storage::redis::connect_with_timeout(
-        &config.redis_url,
-        config.redis_sentinels.as_ref(),
-        config.redis_timeout,
-        config.tls.redis_ca.as_ref(),
-    )?;
-    let redis_health = RedisHealth::default();
+    let Backing {
+        db,
+        redis,
+        redis_health,
+        broker,
+        readiness,
+    } = Backing::connect(config.backing(), &MIGRATOR)
+        .await
+        .context("preparing the orders database")?;
     let secret = match &config.idempotency_token_secret {
         Some(secret) => secret.clone(),
         None => crate::tokens::secret_queries::load_or_store(&db, &TokenSecret::generate())
             .await
             .context("reading the idempotency token secret")?,
-    };
-    let broker = Broker::cluster(&config.amqp_urls, config.tls.amqp_ca.clone());
-    let readiness = Readiness {
-        db: db.clone(),
-        redis: redis.clone(),
-        broker_up: broker.up(),
-        draining: CancellationToken::new(),
     };
     Ok(AppState {
         intake: Intake::new(config.intake_batch_max),
@@ -169,18 +151,7 @@ pub async fn serve(
         let (db, outbox, stop) = (state.db.clone(), state.outbox.clone(), shutdown.clone());
         move || orders::reconcile::run(db.clone(), outbox.clone(), reconcile.clone(), stop.clone())
     }));
-    tasks.spawn(keep_running("redis health", shutdown.clone(), {
-        let (health, redis, stop) = (
-            state.redis_health.clone(),
-            state.redis.clone(),
-            shutdown.clone(),
-        );
-        move || {
-            health
-                .clone()
-                .watch(redis.clone(), redis_health::CHECK_EVERY, stop.clone())
-        }
-    }));
+    platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
     // Not a supervised loop: its queue is taken once. It stops only after the server has
     // answered its last request (each of which may wait for a batch), then drains the queue.
     let intake_stop = CancellationToken::new();

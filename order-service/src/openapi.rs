@@ -1,6 +1,7 @@
 //! The route table and the OpenAPI 3.1 document built from it (from the handlers'
 //! annotations, without any connection).
 
+use platform::http::openapi::AdminBearer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
@@ -25,12 +26,9 @@ use crate::{ops, orders, tokens};
         crate::orders::body::OrderBody,
         platform::http::outbox_admin::OutboxStatus
     )),
-    modifiers(&AdminAuth, &BearerJwt)
+    modifiers(&AdminBearer, &BearerJwt)
 )]
 struct ApiDoc;
-
-/// Declares the admin bearer scheme that admin operations refer to.
-struct AdminAuth;
 
 /// Declares the end users' bearer JWT. Operations list it beside an empty requirement
 /// (`security: [{}, {"bearerJwt": []}]`): it is required only when identity is configured,
@@ -50,21 +48,6 @@ impl utoipa::Modify for BearerJwt {
                         "An end user's JWT (`sub` = the user id), required when the service \
                          runs with AUTH_JWT_SECRET or AUTH_JWKS_URL",
                     ))
-                    .build(),
-            ),
-        );
-    }
-}
-
-impl utoipa::Modify for AdminAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "admin_token",
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("The service's ADMIN_TOKEN"))
                     .build(),
             ),
         );

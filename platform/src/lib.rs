@@ -15,5 +15,6 @@ pub mod messaging;
 mod raw;
 pub mod retry;
 pub mod shutdown;
+pub mod startup;
 pub mod storage;
 pub mod telemetry;

@@ -27,16 +27,16 @@ use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgPool;
 
+use super::error::DeductionError;
 use super::queries::{self, NewDeduction, Refusals, Verdict};
 use super::queue::{Counters, Waiter};
 use super::response::{self, applied_response, refusal_response, reused};
 use super::retry::{AttemptError, Retry};
-use crate::error::ApiError;
 use crate::metrics;
 use crate::replay::StoredResponse;
 use crate::stock::lock::{Locker, Locks};
 
-type Answer = Result<StoredResponse, ApiError>;
+type Answer = Result<StoredResponse, DeductionError>;
 
 /// Applies `batch` (every request for the same products) and answers each request.
 pub(super) async fn run(
@@ -57,7 +57,7 @@ pub(super) async fn run(
     loop {
         match attempt(db, locker, &products, &deductions, &refusals).await {
             Err(error) if error.is_retryable() && retry.pause().await => {
-                if matches!(error, AttemptError::Api(ApiError::Database(_))) {
+                if matches!(error, AttemptError::Refused(DeductionError::Database(_))) {
                     metrics::version_conflict();
                 }
                 tracing::debug!(%error, size = batch.len(), "retrying a batch of deductions");
@@ -78,7 +78,7 @@ pub(super) async fn run(
 fn prepare<'a>(
     batch: &'a [Waiter],
     products: &[ProductId],
-) -> Result<(Vec<NewDeduction<'a>>, Refusals), ApiError> {
+) -> Result<(Vec<NewDeduction<'a>>, Refusals), DeductionError> {
     let mut deductions = Vec::with_capacity(batch.len());
     for waiter in batch {
         let items = waiter.request.items.as_slice();
@@ -144,10 +144,10 @@ fn answer(verdict: Verdict) -> Answer {
 
 /// The same failure for every request of the batch. Only the first carries the cause, so a
 /// 5xx is logged with its cause once.
-fn failed(error: ApiError, size: usize) -> Vec<Answer> {
+fn failed(error: DeductionError, size: usize) -> Vec<Answer> {
     match error {
-        ApiError::Busy(detail) => (0..size)
-            .map(|_| Err(ApiError::Busy(detail.clone())))
+        DeductionError::Busy(detail) => (0..size)
+            .map(|_| Err(DeductionError::Busy(detail.clone())))
             .collect(),
         other => {
             let mut answers = vec![Err(other)];

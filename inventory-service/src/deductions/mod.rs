@@ -13,6 +13,7 @@
 //! A batch of one runs the same code as a batch of a hundred: there is no other write path.
 
 mod batch;
+mod error;
 pub mod queries;
 mod queue;
 pub mod request;
@@ -24,6 +25,7 @@ use serde::Serialize;
 use shared::events::LineItem;
 use utoipa::ToSchema;
 
+pub use error::DeductionError;
 pub use queue::{BatchStats, Deductions, MAX_BATCH};
 pub use retry::{AttemptError, Retry};
 

@@ -21,8 +21,8 @@ use sqlx::PgPool;
 use tokio::sync::oneshot;
 
 use super::batch;
+use super::error::DeductionError;
 use super::request::DeductionRequest;
-use crate::error::ApiError;
 use crate::replay::StoredResponse;
 use crate::stock::lock::Locker;
 
@@ -34,7 +34,7 @@ pub(super) struct Waiter {
     pub request: DeductionRequest,
     /// Of the items, worked out before queueing so the leader does not hash for everyone.
     pub fingerprint: String,
-    pub reply: oneshot::Sender<Result<StoredResponse, ApiError>>,
+    pub reply: oneshot::Sender<Result<StoredResponse, DeductionError>>,
 }
 
 /// What the batches did so far, for tests and operators.
@@ -98,7 +98,7 @@ impl Deductions {
 
     /// Applies `request` once per deduction id, in the next batch for its products; a repeat
     /// gets the first outcome.
-    pub async fn apply(&self, request: DeductionRequest) -> Result<StoredResponse, ApiError> {
+    pub async fn apply(&self, request: DeductionRequest) -> Result<StoredResponse, DeductionError> {
         let key = request.items.product_ids();
         let (reply, answer) = oneshot::channel();
         let waiter = Waiter {

@@ -9,14 +9,14 @@ use shared::ids::ProductId;
 
 use super::{AppliedStatus, DeductionApplied};
 
+use super::error::DeductionError;
 use super::queries::StoredDeduction;
 use super::request::{DeductionRequest, DeductionStatus};
-use crate::error::ApiError;
 use crate::metrics;
 use crate::replay::StoredResponse;
 
 /// What `request` answers if it is applied, as it will be stored.
-pub fn applied_response(request: &DeductionRequest) -> Result<StoredResponse, ApiError> {
+pub fn applied_response(request: &DeductionRequest) -> Result<StoredResponse, DeductionError> {
     let body = DeductionApplied {
         deduction_id: request.id.as_str().to_owned(),
         status: AppliedStatus::Applied,
@@ -31,7 +31,7 @@ pub fn applied_response(request: &DeductionRequest) -> Result<StoredResponse, Ap
 pub fn refusal_response(
     reason: RejectionReason,
     product_id: ProductId,
-) -> Result<StoredResponse, ApiError> {
+) -> Result<StoredResponse, DeductionError> {
     let problem = match reason {
         RejectionReason::InsufficientStock => Problem::new(
             StatusCode::CONFLICT,
@@ -53,7 +53,7 @@ pub fn refusal_response(
 }
 
 /// The answer recorded just now for the first request of an id.
-pub fn first(stored: StoredDeduction) -> Result<StoredResponse, ApiError> {
+pub fn first(stored: StoredDeduction) -> Result<StoredResponse, DeductionError> {
     let response = checked(&stored)?;
     metrics::deduction(match stored.rejection_reason {
         None => "applied",
@@ -63,7 +63,7 @@ pub fn first(stored: StoredDeduction) -> Result<StoredResponse, ApiError> {
 }
 
 /// The stored first answer of an id, sent again.
-pub fn replay(stored: StoredDeduction) -> Result<StoredResponse, ApiError> {
+pub fn replay(stored: StoredDeduction) -> Result<StoredResponse, DeductionError> {
     let status = checked(&stored)?;
     metrics::deduction("replayed");
     Ok(StoredResponse::again(status, stored.response_body))
@@ -72,7 +72,7 @@ pub fn replay(stored: StoredDeduction) -> Result<StoredResponse, ApiError> {
 /// The stored response status, once it agrees with the stored outcome: an applied deduction
 /// answered 200 and a rejected one a problem; a row saying otherwise is corrupt, and sending
 /// it would tell the client the wrong thing.
-fn checked(stored: &StoredDeduction) -> Result<StatusCode, ApiError> {
+fn checked(stored: &StoredDeduction) -> Result<StatusCode, DeductionError> {
     let status = u16::try_from(stored.response_status)
         .ok()
         .and_then(|s| StatusCode::from_u16(s).ok())
@@ -93,8 +93,8 @@ fn checked(stored: &StoredDeduction) -> Result<StatusCode, ApiError> {
 }
 
 /// A deduction id repeated with other items.
-pub fn reused() -> ApiError {
-    ApiError::KeyReused("this deduction_id was already used with different items".to_owned())
+pub fn reused() -> DeductionError {
+    DeductionError::Reused
 }
 
 #[cfg(test)]

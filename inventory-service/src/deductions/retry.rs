@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::ApiError;
+use super::error::DeductionError;
 use crate::stock::lock::LockError;
 
 /// Why one attempt did not finish.
@@ -12,12 +12,12 @@ pub enum AttemptError {
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
-    Api(#[from] ApiError),
+    Refused(#[from] DeductionError),
 }
 
 impl From<sqlx::Error> for AttemptError {
     fn from(error: sqlx::Error) -> Self {
-        Self::Api(error.into())
+        Self::Refused(error.into())
     }
 }
 
@@ -28,7 +28,7 @@ impl AttemptError {
             Self::Lock(LockError::Lost) => true,
             // PostgreSQL undid the transaction because of another one: a deadlock, or
             // `apply_deductions` finding an id of its batch recorded meanwhile.
-            Self::Api(ApiError::Database(error)) => {
+            Self::Refused(DeductionError::Database(error)) => {
                 platform::messaging::consumer::is_database_contention(error)
             }
             _ => false,
@@ -36,7 +36,7 @@ impl AttemptError {
     }
 }
 
-impl From<AttemptError> for ApiError {
+impl From<AttemptError> for DeductionError {
     fn from(error: AttemptError) -> Self {
         match error {
             AttemptError::Lock(LockError::Timeout(waited)) => Self::Busy(format!(
@@ -45,12 +45,12 @@ impl From<AttemptError> for ApiError {
             AttemptError::Lock(LockError::Lost) => Self::Busy(
                 "the stock lock kept being lost under this deduction; retry shortly".to_owned(),
             ),
-            AttemptError::Api(ApiError::Database(error))
+            AttemptError::Refused(DeductionError::Database(error))
                 if platform::messaging::consumer::is_database_contention(&error) =>
             {
                 Self::Busy("other writers kept getting in the way; retry shortly".to_owned())
             }
-            AttemptError::Api(error) => error,
+            AttemptError::Refused(error) => error,
         }
     }
 }
@@ -108,6 +108,6 @@ mod tests {
     fn only_lost_races_are_retried() {
         assert!(AttemptError::Lock(LockError::Lost).is_retryable());
         assert!(!AttemptError::Lock(LockError::Timeout(Duration::from_secs(1))).is_retryable());
-        assert!(!AttemptError::Api(ApiError::NotFound("x".into())).is_retryable());
+        assert!(!AttemptError::Refused(DeductionError::Reused).is_retryable());
     }
 }

@@ -69,5 +69,5 @@ pub async fn create(
         id: DeductionId::parse(&body.deduction_id)?,
         items: Items::parse(body.items.iter().map(|i| (i.product_id, i.quantity)))?,
     };
-    state.deductions.apply(request).await
+    Ok(state.deductions.apply(request).await?)
 }

@@ -1,10 +1,12 @@
 //! What the edge adds to every operation of a service's OpenAPI document, so the document
 //! says what the services do: rate limits (429), overload and unreadiness (503), and the
-//! 500 every handler can answer; plus a `servers` entry.
+//! 500 every handler can answer; plus a `servers` entry. And the admin bearer scheme both
+//! services' admin operations refer to.
 
 use utoipa::Modify;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::server::Server;
 use utoipa::openapi::{
     ContentBuilder, OpenApi, Ref, RefOr, Response, ResponseBuilder, header::HeaderBuilder,
@@ -13,6 +15,22 @@ use utoipa::openapi::{
 use super::rate_limit;
 
 const PROBLEM: &str = "application/problem+json";
+
+/// Declares `admin_token`: `Authorization: Bearer <ADMIN_TOKEN>`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdminBearer;
+
+impl Modify for AdminBearer {
+    fn modify(&self, openapi: &mut OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let mut bearer = Http::new(HttpAuthScheme::Bearer);
+        bearer.description = Some(
+            "`Authorization: Bearer <ADMIN_TOKEN>`; admin endpoints answer 401 without it"
+                .to_owned(),
+        );
+        components.add_security_scheme("admin_token", SecurityScheme::Http(bearer));
+    }
+}
 
 /// Adds the edge's answers to every operation that does not document them itself.
 #[derive(Debug, Clone, Copy, Default)]

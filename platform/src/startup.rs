@@ -1,0 +1,98 @@
+//! Start-up both services share: the backing services a service connects to before it
+//! serves (its PostgreSQL database, created and migrated; Redis, lazily, so a service starts
+//! while Redis is down; RabbitMQ, through the supervisor `serve` runs) and the Redis health
+//! loop every Redis call is gated by.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use sqlx::migrate::Migrator;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::http::health::Readiness;
+use crate::messaging::background::keep_running;
+use crate::messaging::broker::Broker;
+use crate::storage::postgres::{PoolSettings, connect_and_migrate};
+use crate::storage::redis::health::{CHECK_EVERY, RedisHealth};
+use crate::storage::redis::{RedisConnection, Sentinels, connect_with_timeout};
+use crate::storage::tls::ClientTls;
+
+/// Where the backing services are, as each service's configuration names them.
+#[derive(Debug, Clone, Copy)]
+pub struct BackingSettings<'a> {
+    /// The database's URLs: a primary and its standbys, whichever takes writes is used.
+    pub database_urls: &'a [String],
+    pub database_max_connections: u32,
+    pub redis_url: &'a str,
+    pub redis_sentinels: Option<&'a Sentinels>,
+    pub redis_timeout: Duration,
+    pub amqp_urls: &'a [String],
+    pub tls: &'a ClientTls,
+}
+
+/// The connections a service runs on, and what `/readyz` probes of them.
+#[derive(Debug, Clone)]
+pub struct Backing {
+    pub db: PgPool,
+    pub redis: RedisConnection,
+    /// Whether Redis is known down; [`watch_redis`] keeps it current.
+    pub redis_health: RedisHealth,
+    /// The RabbitMQ connection; its supervisor runs with the messaging loops.
+    pub broker: Broker,
+    pub readiness: Readiness,
+}
+
+impl Backing {
+    /// Connects to PostgreSQL (creating the database when missing and applying `migrator`)
+    /// and prepares Redis and RabbitMQ without waiting for them.
+    pub async fn connect(
+        settings: BackingSettings<'_>,
+        migrator: &Migrator,
+    ) -> anyhow::Result<Self> {
+        let pool = PoolSettings {
+            max_connections: settings.database_max_connections,
+            ..PoolSettings::default()
+        };
+        let db = connect_and_migrate(settings.database_urls, &pool, migrator)
+            .await
+            .context("preparing the database")?;
+        let redis = connect_with_timeout(
+            settings.redis_url,
+            settings.redis_sentinels,
+            settings.redis_timeout,
+            settings.tls.redis_ca.as_ref(),
+        )?;
+        let broker = Broker::cluster(settings.amqp_urls, settings.tls.amqp_ca.clone());
+        let readiness = Readiness {
+            db: db.clone(),
+            redis: redis.clone(),
+            broker_up: broker.up(),
+            draining: CancellationToken::new(),
+        };
+        Ok(Self {
+            db,
+            redis,
+            redis_health: RedisHealth::default(),
+            broker,
+            readiness,
+        })
+    }
+}
+
+/// Runs the Redis health check on `tasks` until `shutdown`, restarted if it ever panics: a
+/// Redis marked down stays down until this loop sees it answer again.
+pub fn watch_redis(
+    tasks: &TaskTracker,
+    health: &RedisHealth,
+    redis: &RedisConnection,
+    shutdown: &CancellationToken,
+) {
+    let (health, redis, stop) = (health.clone(), redis.clone(), shutdown.clone());
+    tasks.spawn(keep_running("redis health", shutdown.clone(), move || {
+        health
+            .clone()
+            .watch(redis.clone(), CHECK_EVERY, stop.clone())
+    }));
+}
