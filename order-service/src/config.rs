@@ -73,7 +73,38 @@ pub struct Config {
     pub tls: ClientTls,
 }
 
+impl Default for Config {
+    /// The local defaults, without looking at the environment.
+    fn default() -> Self {
+        Self {
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_urls: vec!["postgres://postgres@127.0.0.1:5432/orders".to_owned()],
+            database_max_connections: 20,
+            redis_url: "redis://127.0.0.1:6379/0".to_owned(),
+            redis_sentinels: None,
+            redis_key_prefix: String::new(),
+            redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
+            amqp_urls: vec!["amqp://guest:guest@127.0.0.1:5672/%2f".to_owned()],
+            admin_token: None,
+            inventory_url: "http://127.0.0.1:8081".to_owned(),
+            idempotency_token_ttl: Duration::from_secs(3600),
+            idempotency_token_secret: None,
+            request_timeout: Duration::from_secs(10),
+            reconcile_after: Duration::from_secs(30),
+            reconcile_every: Duration::from_secs(10),
+            intake_batch_max: 64,
+            messaging: MessagingConfig::default(),
+            rate_limit: RateLimit::default(),
+            shutdown_drain: Duration::ZERO,
+            identity: IdentityConfig::default(),
+            cors: Cors::default(),
+            tls: ClientTls::default(),
+        }
+    }
+}
+
 impl Config {
+    /// Reads every variable; an error names the variable that is wrong.
     pub fn from_env() -> anyhow::Result<Self> {
         let http_addr = env::string("HTTP_ADDR", "127.0.0.1:8080");
         Ok(Self {

@@ -8,8 +8,6 @@ use serde_json::{Value, json};
 use testkit::{AmqpProbe, TestDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 
-use crate::order_config;
-
 pub const ADMIN: &str = "e2e-admin-token";
 pub const SETTLE: Duration = Duration::from_secs(20);
 
@@ -76,11 +74,21 @@ impl Stack {
             .set_nonblocking(true)
             .expect("non-blocking");
         let inventory_addr = inventory_listener.local_addr().expect("addr");
-        let mut order_config = order_config::config_for(&order_db, &testkit::redis_prefix());
-        order_config.amqp_urls = vec![vhost.url.clone()];
-        order_config.admin_token = Some(ADMIN.into());
-        order_config.inventory_url = format!("http://{inventory_addr}");
-        order_config.request_timeout = Duration::from_secs(30);
+        let mut order_config = order_service::config::Config {
+            http_addr: "127.0.0.1:0".parse().expect("address"),
+            database_urls: vec![order_db.url.clone()],
+            database_max_connections: 10,
+            redis_url: testkit::redis_url(),
+            redis_key_prefix: testkit::redis_prefix(),
+            amqp_urls: vec![vhost.url.clone()],
+            admin_token: Some(ADMIN.into()),
+            inventory_url: format!("http://{inventory_addr}"),
+            request_timeout: Duration::from_secs(30),
+            // Reconciliation idle unless a test turns it on.
+            reconcile_after: Duration::from_secs(3600),
+            reconcile_every: Duration::from_secs(3600),
+            ..Default::default()
+        };
         configure_orders(&mut order_config);
         let orders = start_orders(order_config).await;
         let mut stack = Self {

@@ -6,9 +6,6 @@ mod helpers;
 mod identity;
 mod inventory_process;
 mod lost_cancellation;
-// order-service's own test configuration, one definition for both test suites.
-#[path = "../../../order-service/tests/it/config.rs"]
-mod order_config;
 mod otlp;
 mod outages;
 mod paused_inventory;

@@ -1,5 +1,4 @@
-//! The configuration every in-process order-service of a test starts from. e2e's stack starts
-//! its order-service from it too (it includes this file).
+//! The configuration every in-process order-service of a test starts from.
 
 use std::time::Duration;
 
@@ -14,24 +13,13 @@ pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
         database_urls: vec![db.url.clone()],
         database_max_connections: 10,
         redis_url: testkit::redis_url(),
-        redis_sentinels: None,
         redis_key_prefix: redis_prefix.to_owned(),
-        redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
         // The broker stays down unless a test sets a vhost.
         amqp_urls: vec![testkit::NO_BROKER.into()],
         admin_token: Some("test-admin-token".into()),
         inventory_url: "http://127.0.0.1:1".into(),
-        idempotency_token_ttl: Duration::from_secs(3600),
-        idempotency_token_secret: None,
-        request_timeout: Duration::from_secs(10),
         reconcile_after: Duration::from_secs(3600),
         reconcile_every: Duration::from_secs(3600),
-        intake_batch_max: 64,
-        messaging: Default::default(),
-        rate_limit: Default::default(),
-        shutdown_drain: Duration::ZERO,
-        identity: Default::default(),
-        cors: Default::default(),
-        tls: Default::default(),
+        ..Config::default()
     }
 }
