@@ -80,20 +80,25 @@ pub async fn apply(conn: &mut PgConnection, works: &[Work]) -> Result<Vec<Handle
         .into_iter()
         .map(|reservation| (reservation.order_id, Known::read(reservation)))
         .collect();
-    let wanted: Vec<ProductId> = works
-        .iter()
-        .filter_map(|w| match &w.event {
-            Event::Created(created) => Some(created.items.iter().map(|i| i.product_id)),
-            Event::Cancelled(_) => None,
-        })
-        .flatten()
-        .collect();
+    let wanted = products_of(works);
     let read: HashMap<ProductId, StockRow> = stock_queries::read_all(conn, &wanted)
         .await?
         .into_iter()
         .collect();
     let judged = judge::judge(works, seen, known, &read)?;
     write(conn, &read, judged).await
+}
+
+/// Every product the creations of `works` name, in arrival order (repeats kept).
+pub(super) fn products_of(works: &[Work]) -> Vec<ProductId> {
+    works
+        .iter()
+        .filter_map(|w| match &w.event {
+            Event::Created(created) => Some(created.items.iter().map(|i| i.product_id)),
+            Event::Cancelled(_) => None,
+        })
+        .flatten()
+        .collect()
 }
 
 /// Writes what the batch decided, one statement per table.

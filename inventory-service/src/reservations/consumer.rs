@@ -70,14 +70,7 @@ impl OrderEvents {
     /// Applies what it can lock of `works` in one transaction: one outcome per work, or the
     /// error of them all.
     async fn apply(&self, works: &[Work]) -> Result<Vec<Outcome>, ConsumeError> {
-        let products: Vec<ProductId> = works
-            .iter()
-            .filter_map(|w| match &w.event {
-                Event::Created(created) => Some(created.items.iter().map(|i| i.product_id)),
-                Event::Cancelled(_) => None,
-            })
-            .flatten()
-            .collect();
+        let products = apply::products_of(works);
         let partial = self.locker.try_acquire_many(&products).await;
         let busy: HashSet<ProductId> = partial.busy.iter().copied().collect();
         let mut waiting: HashSet<OrderId> = HashSet::new();

@@ -150,6 +150,7 @@ async fn sweep_old_rows(
 ) -> sqlx::Result<()> {
     let (keep, batch) = (retention.keep.as_secs_f64(), retention.batch);
     // Each table in turn, a batch per statement until one deletes less than a batch.
+    let full = |deleted: u64| deleted >= batch as u64;
     while !shutdown.is_cancelled() {
         let deleted = sqlx::query!(
             "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE status = 'sent'
@@ -158,9 +159,8 @@ async fn sweep_old_rows(
             batch,
         )
         .execute(db)
-        .await?
-        .rows_affected();
-        if deleted < batch as u64 {
+        .await?;
+        if !full(deleted.rows_affected()) {
             break;
         }
     }
@@ -172,9 +172,8 @@ async fn sweep_old_rows(
             batch,
         )
         .execute(db)
-        .await?
-        .rows_affected();
-        if deleted < batch as u64 {
+        .await?;
+        if !full(deleted.rows_affected()) {
             break;
         }
     }
