@@ -1,5 +1,5 @@
 -- pgbench script (a): the statement order-service runs for every new order
--- (order-service/src/db/placement.rs): the order row, the idempotency outcome and the
+-- (order-service/src/orders/intake/placement.rs): the order row, the idempotency outcome and the
 -- `order.created` outbox row in one `INSERT ... WITH` statement, i.e. one implicit transaction
 -- and one round trip. Run against a scratch database built from migrations/order-service/*.sql.
 -- It measures how many orders per second PostgreSQL itself can take on this machine, the ceiling

@@ -1,3 +1,7 @@
+//! The orders routes: `POST /orders` (placed through the intake), `GET /orders/{order_id}`,
+//! `GET /orders` (a page, newest first, filtered) and `POST /orders/{order_id}/cancel`. Thin:
+//! parse, call the use case or the queries, shape the answer.
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
