@@ -29,8 +29,7 @@ pub struct OutboxEntry {
     pub event_id: Uuid,
     pub exchange: String,
     pub routing_key: String,
-    /// `pending`, `sent` or `dead`.
-    pub status: String,
+    pub status: OutboxStatus,
     pub attempts: i32,
     pub next_attempt_at: DateTime<Utc>,
     pub last_error: Option<String>,
@@ -40,13 +39,31 @@ pub struct OutboxEntry {
     pub payload: serde_json::Value,
 }
 
-/// The states an outbox row can be in (documentation of the `status` filter).
-#[derive(Debug, ToSchema)]
+/// The states an outbox row can be in: `pending` (waiting for the relay), `sent`, or `dead`
+/// (out of attempts).
+// CHECK-ed text in the table, read into this enum strictly (an unknown value fails the read).
+// The relay's statements name them as literals (`status = 'pending'`): that is what lets
+// PostgreSQL use the partial index of pending rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema, sqlx::Type)]
+#[serde(rename_all = "lowercase")]
 #[schema(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum OutboxStatus {
     Dead,
     Pending,
     Sent,
+}
+
+impl OutboxStatus {
+    /// The `status` filter as a client writes it.
+    fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "dead" => Some(Self::Dead),
+            "pending" => Some(Self::Pending),
+            "sent" => Some(Self::Sent),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -79,10 +96,11 @@ pub async fn list(
     State(OutboxDb { db, .. }): State<OutboxDb>,
     Query(query): Query<OutboxQuery>,
 ) -> Result<Json<Page<OutboxEntry>>, Problem> {
-    let status = query.status.as_deref().unwrap_or("dead");
-    if !["dead", "pending", "sent"].contains(&status) {
-        return Err(Problem::validation("status must be dead, pending or sent"));
-    }
+    let status = match query.status.as_deref() {
+        None => OutboxStatus::Dead,
+        Some(raw) => OutboxStatus::parse(raw)
+            .ok_or_else(|| Problem::validation("status must be dead, pending or sent"))?,
+    };
     let limit = pagination::limit(query.limit.as_deref())?;
     let after = match query.after.as_deref() {
         None => 0,
@@ -92,10 +110,10 @@ pub async fn list(
     };
     let rows = sqlx::query_as!(
         OutboxEntry,
-        "SELECT id, event_id, exchange, routing_key, status, attempts, next_attempt_at,
-                last_error, created_at, sent_at, payload
-         FROM outbox WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3",
-        status,
+        r#"SELECT id, event_id, exchange, routing_key, status AS "status: OutboxStatus",
+                  attempts, next_attempt_at, last_error, created_at, sent_at, payload
+           FROM outbox WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"#,
+        status as OutboxStatus,
         after,
         limit + 1,
     )
@@ -126,11 +144,11 @@ pub async fn retry(
 ) -> Result<Json<OutboxEntry>, Problem> {
     let row = sqlx::query_as!(
         OutboxEntry,
-        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(),
+        r#"UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(),
                 last_error = NULL, updated_at = now()
          WHERE id = $1
-         RETURNING id, event_id, exchange, routing_key, status, attempts, next_attempt_at,
-                   last_error, created_at, sent_at, payload",
+         RETURNING id, event_id, exchange, routing_key, status AS "status: OutboxStatus",
+                   attempts, next_attempt_at, last_error, created_at, sent_at, payload"#,
         id,
     )
     .fetch_optional(&db)
