@@ -4,8 +4,10 @@
 # against them. With --write, rewrites .sqlx/ instead (run it after changing a statement or
 # a migration, and commit the result).
 #
-# Each crate names its database in its sqlx.toml: ORDER_DATABASE_URL (order-service),
-# INVENTORY_DATABASE_URL (inventory-service), PLATFORM_DATABASE_URL (platform, whose
+# Each crate names its database in its sqlx.toml, with names of their own so that the
+# ORDER_DATABASE_URL / INVENTORY_DATABASE_URL of scripts/run-local.sh never reach the macros:
+# SQLX_ORDER_DATABASE_URL (order-service), SQLX_INVENTORY_DATABASE_URL (inventory-service),
+# SQLX_PLATFORM_DATABASE_URL (platform, whose
 # statements touch only the tables both services have). SQLX_CHECK_SERVER overrides the
 # PostgreSQL server the scratch databases live on.
 set -euo pipefail
@@ -13,11 +15,11 @@ cd "$(dirname "$0")/.."
 mode="${1:-}"
 
 server="${SQLX_CHECK_SERVER:-postgres://postgres@127.0.0.1:5432}"
-export ORDER_DATABASE_URL="$server/sqlx_check_orders"
-export INVENTORY_DATABASE_URL="$server/sqlx_check_inventory"
-export PLATFORM_DATABASE_URL="$ORDER_DATABASE_URL"
+export SQLX_ORDER_DATABASE_URL="$server/sqlx_check_orders"
+export SQLX_INVENTORY_DATABASE_URL="$server/sqlx_check_inventory"
+export SQLX_PLATFORM_DATABASE_URL="$SQLX_ORDER_DATABASE_URL"
 # The CLI wants a URL of its own before it runs the build; the macros use the three above.
-export DATABASE_URL="$ORDER_DATABASE_URL"
+export DATABASE_URL="$SQLX_ORDER_DATABASE_URL"
 # This script alone compiles the statements against live databases.
 export SQLX_OFFLINE=false
 
@@ -30,8 +32,8 @@ scratch() { # service url
   sqlx database create --database-url "$2"
   sqlx migrate run --source "migrations/$1" --database-url "$2" >/dev/null
 }
-scratch order-service "$ORDER_DATABASE_URL"
-scratch inventory-service "$INVENTORY_DATABASE_URL"
+scratch order-service "$SQLX_ORDER_DATABASE_URL"
+scratch inventory-service "$SQLX_INVENTORY_DATABASE_URL"
 
 if [ "$mode" = --write ]; then
   cargo sqlx prepare --workspace -- --all-targets

@@ -51,15 +51,6 @@ impl OrderStatus {
     }
 }
 
-/// How a row's CHECK-ed text becomes a status (`#[sqlx(try_from = "String")]`): strictly.
-impl TryFrom<String> for OrderStatus {
-    type Error = UnknownStatus;
-
-    fn try_from(raw: String) -> Result<Self, Self::Error> {
-        Self::read(&raw)
-    }
-}
-
 /// A status text that is none of the four.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown order status {0:?}")]

@@ -15,7 +15,7 @@
 //! outlives Redis's keys. Without identity the states are exactly the ones above.
 //!
 //! Redis is a cache of the truth here: the outcome is also committed in PostgreSQL with the
-//! order (see `db::idempotency`), which is what replays fall back on once Redis forgot.
+//! order (see [`crate::tokens::queries`]), which is what replays fall back on once Redis forgot.
 //! And a token proves by itself that it was issued here and until when
 //! ([`crate::tokens::signed`]), so one Redis forgot can be claimed again (the
 //! `recreate_until` of [`TokenStore::claim_all`]) instead of being refused as never issued.

@@ -8,15 +8,15 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use governor::clock::{Clock, DefaultClock};
+use governor::clock::{Clock, DefaultClock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::state::{InMemoryState, NotKeyed};
@@ -30,9 +30,13 @@ pub const EXEMPT: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 /// Clients tracked before the idle ones are swept (the threshold then doubles with what is left).
 const FIRST_SWEEP_AT: usize = 1024;
 
-/// Clients tracked at most: while a sweep leaves this many, every client shares one rate
-/// until a later sweep frees room, so a flood of addresses cannot grow memory without bound.
+/// Clients tracked at most: while this many are, every client shares one rate until a sweep
+/// (at most once a second there) frees room, so a flood of addresses cannot grow memory
+/// without bound.
 const MAX_TRACKED: usize = 100_000;
+
+/// How often a sweep may run while [`MAX_TRACKED`] clients are tracked.
+const SWEEP_PAUSE: Duration = Duration::from_secs(1);
 
 /// `RATE_LIMIT_PER_SEC` and `RATE_LIMIT_BURST`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,8 +84,13 @@ pub struct Limiter<C: Clock = DefaultClock> {
     /// Shared by every client while `clients` is full after a sweep.
     overflow: Shared<C>,
     clock: C,
-    /// Tracked clients at which the next sweep runs (doubling with what a sweep leaves).
+    /// Tracked clients at which the next sweep runs (doubling with what a sweep leaves, up to
+    /// `max_tracked`).
     sweep_at: AtomicUsize,
+    /// Clients tracked at most ([`MAX_TRACKED`]; smaller in tests).
+    max_tracked: usize,
+    /// When the last sweep ran at the bound: there, sweeps run at most every [`SWEEP_PAUSE`].
+    swept_at: Mutex<Option<C::Instant>>,
 }
 
 impl<C: Clock> std::fmt::Debug for Limiter<C> {
@@ -105,31 +114,54 @@ impl<C: Clock + Clone> Limiter<C> {
         let rate = NonZeroU32::new(limit.per_sec)?;
         let burst = NonZeroU32::new(limit.capacity()).unwrap_or(rate);
         let quota = Quota::per_second(rate).allow_burst(burst);
-        Some(Arc::new(Self {
+        Some(Arc::new(Self::bounded(quota, clock, MAX_TRACKED)))
+    }
+
+    fn bounded(quota: Quota, clock: C, max_tracked: usize) -> Self {
+        Self {
             clients: RateLimiter::new(quota, DashMapStateStore::default(), clock.clone()),
             overflow: RateLimiter::direct_with_clock(quota, clock.clone()),
             clock,
-            sweep_at: AtomicUsize::new(FIRST_SWEEP_AT),
-        }))
+            sweep_at: AtomicUsize::new(FIRST_SWEEP_AT.min(max_tracked)),
+            max_tracked,
+            swept_at: Mutex::new(None),
+        }
     }
 
     /// Counts one request of `client`; when its rate is spent, how long until the next one is
     /// let in.
     pub fn take(&self, client: IpAddr) -> Result<(), Duration> {
-        if self.clients.len() >= self.sweep_at.load(Ordering::Relaxed) {
+        if self.clients.len() >= self.sweep_at.load(Ordering::Relaxed) && self.may_sweep() {
             // A client idle long enough to be let in at its full burst again is the same as
             // no state: drop those.
             self.clients.retain_recent();
             let left = self.clients.len();
-            self.sweep_at
-                .store((left * 2).max(FIRST_SWEEP_AT), Ordering::Relaxed);
+            let next = (left * 2).clamp(FIRST_SWEEP_AT.min(self.max_tracked), self.max_tracked);
+            self.sweep_at.store(next, Ordering::Relaxed);
         }
-        let checked = if self.clients.len() < MAX_TRACKED {
+        let checked = if self.clients.len() < self.max_tracked {
             self.clients.check_key(&bucket_key(client))
         } else {
             self.overflow.check()
         };
         checked.map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+
+    /// Below the bound a sweep runs whenever the threshold is reached; at the bound (the
+    /// threshold is capped there, so it never drifts out of reach) at most every
+    /// [`SWEEP_PAUSE`], so that clients that went idle are dropped soon and the overflow rate
+    /// ends, without sweeping on every request.
+    fn may_sweep(&self) -> bool {
+        if self.clients.len() < self.max_tracked {
+            return true;
+        }
+        let now = self.clock.now();
+        let mut swept_at = self.swept_at.lock().unwrap_or_else(|p| p.into_inner());
+        let due = swept_at.is_none_or(|at| Duration::from(now.duration_since(at)) >= SWEEP_PAUSE);
+        if due {
+            *swept_at = Some(now);
+        }
+        due
     }
 
     /// How many clients are tracked now.
@@ -267,5 +299,23 @@ mod tests {
             bucket_key("::ffff:10.0.0.1".parse().expect("ip")),
             IpAddr::from([10, 0, 0, 1])
         );
+    }
+
+    #[test]
+    fn at_the_bound_clients_share_one_rate_until_a_later_sweep_frees_room() {
+        let clock = FakeRelativeClock::default();
+        let quota = Quota::per_second(NonZeroU32::new(1000).expect("rate"));
+        let limiter = Limiter::bounded(quota, clock.clone(), 100);
+        for i in 0..100u32 {
+            assert!(limiter.take(IpAddr::from(i.to_be_bytes())).is_ok());
+        }
+        assert_eq!(limiter.tracked(), 100);
+        // Full: a newcomer goes to the shared rate and is not tracked.
+        assert!(limiter.take(IpAddr::from([10, 9, 9, 9])).is_ok());
+        assert_eq!(limiter.tracked(), 100);
+        // Once the others went idle and the pause is over, a sweep frees room again.
+        clock.advance(SWEEP_PAUSE);
+        assert!(limiter.take(IpAddr::from([10, 9, 9, 9])).is_ok());
+        assert!(limiter.tracked() < 100, "{}", limiter.tracked());
     }
 }

@@ -7,7 +7,7 @@
 //! round trip, and answers each request. Requests that arrive meanwhile queue for the next
 //! batch. Nothing waits to gather a batch: an idle service writes a batch of one at once, the
 //! same code as a batch of sixty-four. This is how one WAL flush comes to serve many orders
-//! (see `db::placement`).
+//! (see [`placement`]).
 //!
 //! The task owns one pooled connection, kept from batch to batch (and replaced after an
 //! error). At shutdown it goes on until the HTTP server has answered its last request, then

@@ -26,25 +26,44 @@ pub(super) async fn reconcile(
     )
     .await?;
     let mut released = Vec::new();
+    // An error stops the asking, not the recording: what was learned before it is written.
+    let mut failed: Option<anyhow::Error> = None;
     for order in &stale {
         let order_id = OrderId(order.order_id);
-        match inventory.reservation(order_id).await? {
+        let answer = match inventory.reservation(order_id).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                failed = Some(error);
+                break;
+            }
+        };
+        match answer {
             Answer::Known(reservation) if reservation.state.holds_nothing() => {
                 tracing::info!(%order_id, state = ?reservation.state, "inventory holds nothing for the cancelled order");
                 released.push(Incoming::learned(Effect::Released(order_id)));
             }
-            Answer::Known(_) | Answer::Unknown => send_again(db, order_id).await?,
+            Answer::Known(_) | Answer::Unknown => {
+                if let Err(error) = send_again(db, order_id).await {
+                    failed = Some(error.into());
+                    break;
+                }
+            }
             Answer::Unreachable => break,
             Answer::Unexpected(status) => {
                 tracing::warn!(%order_id, status, "unexpected answer from inventory")
             }
         }
     }
-    // Recorded through the consumer's path, as an `inventory.released` would be.
-    let mut tx = db.begin().await?;
-    settle::settle_all(&mut tx, &released).await?;
-    tx.commit().await?;
-    Ok(stale.len())
+    if !released.is_empty() {
+        // Recorded through the consumer's path, as an `inventory.released` would be.
+        let mut tx = db.begin().await?;
+        settle::settle_all(&mut tx, &released).await?;
+        tx.commit().await?;
+    }
+    match failed {
+        Some(error) => Err(error),
+        None => Ok(stale.len()),
+    }
 }
 
 async fn send_again(db: &PgPool, order_id: OrderId) -> sqlx::Result<()> {

@@ -61,7 +61,9 @@ pub async fn run(
 }
 
 /// One round; returns how many orders it looked at. Inventory is asked with no transaction
-/// open; each answer is applied in a short transaction of its own. The cancelled orders are
+/// open; then what it said is written through the consumer's settling path in one short
+/// transaction per half (a cancellation sent again has one of its own), also when a later
+/// question failed. The cancelled orders are
 /// looked at even when the pending ones failed, so neither half can starve the other.
 pub async fn reconcile_once(
     db: &PgPool,

@@ -26,9 +26,18 @@ pub(super) async fn reconcile(
     .await?;
     let mut learned = Vec::new();
     let mut unseen = Vec::new();
+    // An error stops the asking, not the settling: what was learned before it is written.
+    let mut failed = None;
     for order in &stale {
         let order_id = OrderId(order.order_id);
-        match inventory.reservation(order_id).await? {
+        let answer = match inventory.reservation(order_id).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                failed = Some(error);
+                break;
+            }
+        };
+        match answer {
             Answer::Known(reservation) => {
                 let verdict = match (reservation.state, reservation.rejection_reason) {
                     (ReservationState::Applied, _) => Verdict::Reserved,
@@ -43,7 +52,13 @@ pub(super) async fn reconcile(
             }
             Answer::Unknown => {
                 tracing::info!(%order_id, "inventory never saw this order; publishing it again");
-                unseen.push(republication(order)?);
+                match republication(order) {
+                    Ok(row) => unseen.push(row),
+                    Err(error) => {
+                        failed = Some(error.into());
+                        break;
+                    }
+                }
             }
             Answer::Unreachable => break,
             Answer::Unexpected(status) => {
@@ -51,15 +66,20 @@ pub(super) async fn reconcile(
             }
         }
     }
-    // What was learned goes through the consumer's path, in one transaction.
-    let mut tx = db.begin().await?;
-    let settled = settle::settle_all(&mut tx, &learned).await?;
-    platform::messaging::outbox::enqueue_all(&mut tx, unseen).await?;
-    tx.commit().await?;
-    settled
-        .transitions
-        .into_iter()
-        .for_each(settle::Transition::record);
+    if !learned.is_empty() || !unseen.is_empty() {
+        // What was learned goes through the consumer's path, in one transaction.
+        let mut tx = db.begin().await?;
+        let settled = settle::settle_all(&mut tx, &learned).await?;
+        platform::messaging::outbox::enqueue_all(&mut tx, unseen).await?;
+        tx.commit().await?;
+        settled
+            .transitions
+            .into_iter()
+            .for_each(settle::Transition::record);
+    }
+    if let Some(error) = failed {
+        return Err(error);
+    }
     Ok(stale.len())
 }
 

@@ -75,7 +75,12 @@ async fn decide<H: Handler>(handler: &H, messages: &[&Message], spans: &[Span]) 
     let mut works = Vec::new();
     let mut positions = Vec::new();
     for (position, message) in messages.iter().enumerate() {
-        match spans[position].in_scope(|| handler.parse(message)) {
+        // A handler that panics reading a message fails that delivery alone, as in a batch.
+        let parsed = spans[position].in_scope(|| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| handler.parse(message)))
+                .unwrap_or_else(|_| Err(retry("the handler panicked reading the message")))
+        });
+        match parsed {
             Ok(work) => {
                 works.push(work);
                 positions.push(position);
