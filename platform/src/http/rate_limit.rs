@@ -13,15 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use governor::clock::{Clock, DefaultClock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use shared::Problem;
 
 /// Paths never limited: probes and scrapers must see the service even while clients are
 /// being refused.
@@ -203,27 +201,8 @@ pub async fn limit(
         .map_or(IpAddr::from([0, 0, 0, 0]), |info| info.0.ip());
     match limiter.take(client) {
         Ok(()) => next.run(request).await,
-        Err(wait) => too_many_requests(wait),
+        Err(wait) => super::refusals::too_many_requests(wait),
     }
-}
-
-fn too_many_requests(wait: Duration) -> Response {
-    // Whole seconds (RFC 9110 §10.2.3), rounded up so a client that waits is let in.
-    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-    let mut response = Problem::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "rate-limited",
-        "Too many requests",
-        format!(
-            "this client exceeded its request rate; retry in {} s",
-            secs.max(1)
-        ),
-    )
-    .into_response();
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-    response
 }
 
 #[cfg(test)]

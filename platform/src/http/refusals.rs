@@ -1,6 +1,8 @@
 //! Every refusal in one shape: whatever answered 4xx/5xx without a problem body becomes
 //! problem+json, with the challenge and `Retry-After` clients rely on.
 
+use std::time::Duration;
+
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -94,4 +96,24 @@ fn problem_for_status(status: StatusCode) -> Problem {
         _ => ("bad-request", "Bad request", "the request was refused"),
     };
     Problem::new(status, slug, title, detail)
+}
+
+/// 429 `rate-limited`, with `Retry-After` the time until the client is let in again.
+pub(super) fn too_many_requests(wait: Duration) -> Response {
+    // Whole seconds (RFC 9110 §10.2.3), rounded up so a client that waits is let in.
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut response = Problem::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate-limited",
+        "Too many requests",
+        format!(
+            "this client exceeded its request rate; retry in {} s",
+            secs.max(1)
+        ),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    response
 }
