@@ -10,7 +10,6 @@
 //! [`build_state`] connects everything, [`build_app`] routes, [`serve`] runs until its
 //! shutdown token fires and then drains.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 
 use anyhow::Context;
@@ -24,7 +23,6 @@ use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use utoipa_swagger_ui::SwaggerUi;
 
 pub mod config;
 pub mod deductions;
@@ -96,13 +94,9 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 /// UI at `/docs`), behind the shared edge (request ids, tracing, metrics, problem+json
 /// fallbacks, body limit, timeout).
 pub fn build_app(state: AppState) -> Router {
-    let (timeout, rate_limit) = (state.config.request_timeout, state.config.rate_limit);
-    let cors = state.config.cors.clone();
-    let (routes, spec) = openapi::split();
-    let routed = routes
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
-        .with_state(state);
-    platform::http::with_edge(routed, timeout, rate_limit, &cors)
+    let config = Arc::clone(&state.config);
+    let edge = (config.request_timeout, config.rate_limit, &config.cors);
+    platform::startup::app(openapi::split(), state, edge)
 }
 
 /// Serves `listener` and runs the background tasks (broker supervisor, outbox relay and
@@ -134,12 +128,7 @@ pub async fn serve(
     );
     platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
     tasks.close();
-    // With each connection's peer address, which the rate limits key on.
-    let app = build_app(state).into_make_service_with_connect_info::<SocketAddr>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await
-        .context("serving HTTP");
+    let served = platform::startup::serve_http(listener, build_app(state), &shutdown).await;
     // Also stops the tasks when the server itself failed.
     shutdown.cancel();
     tasks.wait().await;

@@ -3,6 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use platform::http::DatabaseError;
 use shared::Problem;
 use shared::ids::OrderId;
 
@@ -24,24 +25,18 @@ pub enum ApiError {
     NotCancellable(OrderId),
     #[error("a dependency is unavailable: {0}")]
     Unavailable(&'static str),
-    /// Every database connection stayed busy for the whole acquire timeout: overload, not a
-    /// bug. 503 `busy` with `Retry-After`; the request changed nothing.
-    #[error("the database is busy; retry shortly")]
-    Busy,
     #[error(transparent)]
     Problem(#[from] Problem),
+    /// A pool exhausted (503 `busy`, the request changed nothing) or any other database error.
     #[error(transparent)]
-    Database(sqlx::Error),
+    Database(DatabaseError),
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
 }
 
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
-        match error {
-            sqlx::Error::PoolTimedOut => Self::Busy,
-            other => Self::Database(other),
-        }
+        Self::Database(error.into())
     }
 }
 
@@ -83,9 +78,9 @@ impl ApiError {
                 "Service unavailable",
                 format!("{what} is unreachable; retry later"),
             ),
-            Self::Busy => Problem::busy(self.to_string()),
             Self::Problem(problem) => problem.clone(),
-            Self::Database(_) | Self::Unexpected(_) => Problem::internal(),
+            Self::Database(error) => error.problem(),
+            Self::Unexpected(_) => Problem::internal(),
         }
     }
 }
@@ -132,46 +127,22 @@ fn place_problem(refused: &PlaceError) -> Problem {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let Self::Database(error) = self {
+            return error.into_response();
+        }
         let problem = self.problem();
-        match self {
-            Self::Busy => tracing::warn!("request refused as busy: the database pool is exhausted"),
-            _ if problem.status >= 500 => tracing::error!(error = ?self, "request failed"),
-            _ => {}
+        if problem.status >= 500 {
+            tracing::error!(error = ?self, "request failed");
         }
         let mut response = problem.into_response();
         if matches!(
             self,
-            Self::Place(PlaceError::RequestInProgress) | Self::Unavailable(_) | Self::Busy
+            Self::Place(PlaceError::RequestInProgress) | Self::Unavailable(_)
         ) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pool_timeout_is_a_busy_503_with_retry_after() {
-        let response = ApiError::from(sqlx::Error::PoolTimedOut).into_response();
-        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            response
-                .headers()
-                .get(header::RETRY_AFTER)
-                .map(HeaderValue::as_bytes),
-            Some(&b"1"[..])
-        );
-    }
-
-    #[test]
-    fn other_database_errors_stay_500_and_say_nothing() {
-        let problem = ApiError::from(sqlx::Error::Protocol("secret table t_x".into())).problem();
-        assert_eq!(problem.status, 500);
-        assert!(!problem.detail.contains("secret"));
     }
 }

@@ -11,7 +11,6 @@ pub mod orders;
 pub mod state;
 pub mod tokens;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 
 use anyhow::Context;
@@ -25,7 +24,6 @@ use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use utoipa_swagger_ui::SwaggerUi;
 
 use crate::config::Config;
 use crate::identity::Identity;
@@ -88,13 +86,9 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 
 /// The HTTP API with its edge middleware, Swagger UI and OpenAPI document.
 pub fn build_app(state: AppState) -> Router {
-    let (timeout, rate_limit) = (state.config.request_timeout, state.config.rate_limit);
-    let cors = state.config.cors.clone();
-    let (router, spec) = openapi::split();
-    let router = router
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
-        .with_state(state);
-    platform::http::with_edge(router, timeout, rate_limit, &cors)
+    let config = Arc::clone(&state.config);
+    let edge = (config.request_timeout, config.rate_limit, &config.cors);
+    platform::startup::app(openapi::split(), state, edge)
 }
 
 /// Runs the service as its binary does: configuration from the environment, shutdown on
@@ -170,12 +164,7 @@ pub async fn serve(
     });
     tasks.close();
     tracing::info!(addr = %listener.local_addr()?, "order-service listening");
-    // With each connection's peer address, which the rate limits key on.
-    let app = build_app(state).into_make_service_with_connect_info::<SocketAddr>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await
-        .context("serving HTTP");
+    let served = platform::startup::serve_http(listener, build_app(state), &shutdown).await;
     intake_stop.cancel();
     served?;
     shutdown.cancel();

@@ -1,17 +1,23 @@
 //! Start-up both services share: the backing services a service connects to before it
 //! serves (its PostgreSQL database, created and migrated; Redis, lazily, so a service starts
-//! while Redis is down; RabbitMQ, through the supervisor `serve` runs) and the Redis health
-//! loop every Redis call is gated by.
+//! while Redis is down; RabbitMQ, through the supervisor `serve` runs), the Redis health
+//! loop every Redis call is gated by, and the HTTP API put together and served.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::Router;
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use utoipa::openapi::OpenApi;
+use utoipa_swagger_ui::SwaggerUi;
 
 use crate::http::health::Readiness;
+use crate::http::{Cors, RateLimit};
 use crate::messaging::background::keep_running;
 use crate::messaging::broker::Broker;
 use crate::storage::postgres::{PoolSettings, connect_and_migrate};
@@ -95,4 +101,36 @@ pub fn watch_redis(
             .clone()
             .watch(redis.clone(), CHECK_EVERY, stop.clone())
     }));
+}
+
+/// A service's whole HTTP API: `routes` (with `state`), its document at `/openapi.json` and
+/// the Swagger UI at `/docs`, behind the shared edge (request ids, tracing, metrics,
+/// problem+json fallbacks, body limit), which applies `edge`: the request timeout, the rate
+/// limit and the CORS origins.
+pub fn app<S>(
+    (routes, spec): (Router<S>, OpenApi),
+    state: S,
+    (request_timeout, rate_limit, cors): (Duration, RateLimit, &Cors),
+) -> Router
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let routed = routes
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
+        .with_state(state);
+    crate::http::with_edge(routed, request_timeout, rate_limit, cors)
+}
+
+/// Serves `app` on `listener` until `shutdown` fires, then finishes the requests in flight.
+pub async fn serve_http(
+    listener: TcpListener,
+    app: Router,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    // With each connection's peer address, which the rate limits key on.
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await
+        .context("serving HTTP")
 }

@@ -11,7 +11,7 @@ use shared::ids::OrderId;
 use sqlx::PgPool;
 
 use super::ReconcileSettings;
-use super::inventory::{Answer, Inventory};
+use super::inventory::Inventory;
 use crate::orders::settle::{self, Effect, Incoming};
 
 pub(super) async fn reconcile(
@@ -27,43 +27,28 @@ pub(super) async fn reconcile(
     .await?;
     let mut released = Vec::new();
     // An error stops the asking, not the recording: what was learned before it is written.
-    let mut failed: Option<anyhow::Error> = None;
-    for order in &stale {
-        let order_id = OrderId(order.order_id);
-        let answer = match inventory.reservation(order_id).await {
-            Ok(answer) => answer,
-            Err(error) => {
-                failed = Some(error);
-                break;
-            }
-        };
-        match answer {
-            Answer::Known(reservation) if reservation.state.holds_nothing() => {
-                tracing::info!(%order_id, state = ?reservation.state, "inventory holds nothing for the cancelled order");
-                released.push(Incoming::learned(Effect::Released(order_id)));
-            }
-            Answer::Known(_) | Answer::Unknown => {
-                if let Err(error) = send_again(db, order_id).await {
-                    failed = Some(error.into());
-                    break;
+    let asked = async {
+        let mut answers = inventory.ask_each(&stale);
+        while let Some((order, reservation)) = answers.next().await? {
+            let order_id = OrderId(order.order_id);
+            match reservation {
+                Some(reservation) if reservation.state.holds_nothing() => {
+                    tracing::info!(%order_id, state = ?reservation.state, "inventory holds nothing for the cancelled order");
+                    released.push(Incoming::learned(Effect::Released(order_id)));
                 }
-            }
-            Answer::Unreachable => break,
-            Answer::Unexpected(status) => {
-                tracing::warn!(%order_id, status, "unexpected answer from inventory")
+                Some(_) | None => send_again(db, order_id).await?,
             }
         }
+        anyhow::Ok(())
     }
+    .await;
     if !released.is_empty() {
         // Recorded through the consumer's path, as an `inventory.released` would be.
         let mut tx = db.begin().await?;
         settle::settle_all(&mut tx, &released).await?;
         tx.commit().await?;
     }
-    match failed {
-        Some(error) => Err(error),
-        None => Ok(stale.len()),
-    }
+    asked.map(|()| stale.len())
 }
 
 async fn send_again(db: &PgPool, order_id: OrderId) -> sqlx::Result<()> {

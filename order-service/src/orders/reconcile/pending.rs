@@ -9,7 +9,7 @@ use shared::keys;
 use sqlx::PgPool;
 
 use super::ReconcileSettings;
-use super::inventory::{Answer, Inventory, ReservationState};
+use super::inventory::{Inventory, ReservationState};
 use crate::orders::queries::OrderRow;
 use crate::orders::settle::{self, Effect, Incoming, Verdict};
 
@@ -27,45 +27,29 @@ pub(super) async fn reconcile(
     let mut learned = Vec::new();
     let mut unseen = Vec::new();
     // An error stops the asking, not the settling: what was learned before it is written.
-    let mut failed = None;
-    for order in &stale {
-        let order_id = OrderId(order.order_id);
-        let answer = match inventory.reservation(order_id).await {
-            Ok(answer) => answer,
-            Err(error) => {
-                failed = Some(error);
-                break;
-            }
-        };
-        match answer {
-            Answer::Known(reservation) => {
-                let verdict = match (reservation.state, reservation.rejection_reason) {
-                    (ReservationState::Applied, _) => Verdict::Reserved,
-                    (ReservationState::Rejected, Some(reason)) => Verdict::Rejected(reason),
-                    (state, _) => {
-                        tracing::warn!(%order_id, ?state, "pending order with a final reservation state");
-                        continue;
-                    }
-                };
-                tracing::info!(%order_id, ?verdict, "settled by reconciliation");
-                learned.push(Incoming::learned(Effect::Verdict(order_id, verdict)));
-            }
-            Answer::Unknown => {
+    let asked = async {
+        let mut answers = inventory.ask_each(&stale);
+        while let Some((order, reservation)) = answers.next().await? {
+            let order_id = OrderId(order.order_id);
+            let Some(reservation) = reservation else {
                 tracing::info!(%order_id, "inventory never saw this order; publishing it again");
-                match republication(order) {
-                    Ok(row) => unseen.push(row),
-                    Err(error) => {
-                        failed = Some(error.into());
-                        break;
-                    }
+                unseen.push(republication(order)?);
+                continue;
+            };
+            let verdict = match (reservation.state, reservation.rejection_reason) {
+                (ReservationState::Applied, _) => Verdict::Reserved,
+                (ReservationState::Rejected, Some(reason)) => Verdict::Rejected(reason),
+                (state, _) => {
+                    tracing::warn!(%order_id, ?state, "pending order with a final reservation state");
+                    continue;
                 }
-            }
-            Answer::Unreachable => break,
-            Answer::Unexpected(status) => {
-                tracing::warn!(%order_id, status, "unexpected answer from inventory")
-            }
+            };
+            tracing::info!(%order_id, ?verdict, "settled by reconciliation");
+            learned.push(Incoming::learned(Effect::Verdict(order_id, verdict)));
         }
+        anyhow::Ok(())
     }
+    .await;
     if !learned.is_empty() || !unseen.is_empty() {
         // What was learned goes through the consumer's path, in one transaction.
         let mut tx = db.begin().await?;
@@ -77,10 +61,7 @@ pub(super) async fn reconcile(
             .into_iter()
             .for_each(settle::Transition::record);
     }
-    if let Some(error) = failed {
-        return Err(error);
-    }
-    Ok(stale.len())
+    asked.map(|()| stale.len())
 }
 
 /// The order's `order.created` again, as a new event (inventory handles an order once,
