@@ -93,7 +93,9 @@ if [ "$mode" != k6 ]; then
 
   log "pgbench (b): conditional update of one hot row, $BENCH_CLIENTS clients, ${BENCH_SECS}s"
   createdb "$STOCK_DB"
-  psql -q -X -v ON_ERROR_STOP=1 -d "$STOCK_DB" -f k6/pgbench/stock-schema.sql >/dev/null
+  for migration in migrations/inventory-service/*.sql k6/pgbench/stock-seed.sql; do
+    psql -q -X -v ON_ERROR_STOP=1 -d "$STOCK_DB" -f "$migration" >/dev/null
+  done
   STOCK_TPS=$(run_pgbench stock-update "$STOCK_DB" k6/pgbench/stock-update.sql)
   echo "hot-row updates/s: $STOCK_TPS"
   dropdb --force "$STOCK_DB"

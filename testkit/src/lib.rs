@@ -41,7 +41,5 @@ pub use process::{
     Draining, KilledOnDrop, NO_BROKER, exit_status, expect_refused_start, free_port,
     service_command, service_command_on, signal,
 };
-pub use schema::{
-    assert_the_previous_release_starts_on_a_newer_schema, idle_in_transaction_timeout,
-};
+pub use schema::{assert_the_previous_release_starts_on_a_newer_schema, session_setting};
 pub use wait::eventually;

@@ -24,10 +24,11 @@ pub async fn assert_the_previous_release_starts_on_a_newer_schema(
     .expect("the previous release starts");
 }
 
-/// `idle_in_transaction_session_timeout` of a session taken from `pool`.
-pub async fn idle_in_transaction_timeout(pool: &PgPool) -> String {
+/// The setting `name` of a session taken from `pool`.
+pub async fn session_setting(pool: &PgPool, name: &str) -> String {
     let mut conn = pool.acquire().await.expect("a pooled connection");
-    sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+    sqlx::query_scalar("SELECT current_setting($1)")
+        .bind(name)
         .fetch_one(&mut *conn)
         .await
         .expect("read the setting")

@@ -1,42 +1,63 @@
 //! Applying one batch of deductions for one product set:
 //! ```text
-//! prepare every request's answers (applied, refused by each product)   // once per batch
 //! let locks = locker.acquire_all(&products).await?;   // once per attempt; may be bypassed
 //! locks.ensure_held()?;                               // lost while waiting? try again
-//! SELECT … FROM apply_deductions(…)                   // ONE round trip: read, judge, write, commit
+//! SELECT stock … UNION ALL stored outcomes …          // round trip 1: what the batch judges against
+//! judge every request in arrival order                // in memory, by the stock engine's rules
+//! WITH changed AS (UPDATE …), recorded AS (INSERT …)  // round trip 2: all of it or nothing, committed
 //! locks.release(); answer every request
 //! ```
-//! The judging happens inside the database function (migration 0004), under row locks taken
-//! in ascending product id: each request against the stock the earlier ones left, replays
-//! and ids repeated inside the batch answered with the first outcome, the stock changed by
-//! the conditional update (version and stock as read). The call runs in an implicit
-//! transaction, so when it returns its outcomes are committed, durably (`synchronous_commit`
-//! stays on), and only then is anyone answered.
+//! Each statement runs in its own implicit transaction. The read is a snapshot, not a lock:
+//! the write changes a product only if it still has the version read, and records an id only
+//! if no other writer did meanwhile; either miss undoes the write with a serialization
+//! failure, retried with backoff ([`Retry`]) until 503 `busy` (the next read then sees what
+//! the other writer did, and replays its id). When the write returns, the batch is committed,
+//! durably (`synchronous_commit` stays on), and only then is anyone answered. A batch of
+//! replays only reads.
 //!
-//! The Redis lock keeps batches of several processes from queueing on the row lock; it is
-//! not what keeps stock correct. A lock lost during the call cannot make it write on a stale
-//! read: the function reads and writes under the row lock in one transaction.
-//!
-//! An id recorded meanwhile by another writer fails the call with a serialization failure,
-//! which is retried with backoff ([`Retry`]) until 503 `busy`; the next call replays it.
+//! The Redis lock keeps batches of several processes from judging the same stock at once, so
+//! that misses stay rare; it is not what keeps stock correct. A lock lost during the attempt
+//! cannot make it write on a stale read: the version check refuses it.
 
 use std::sync::atomic::Ordering;
 
 use anyhow::anyhow;
-use shared::events::RejectionReason;
 use shared::ids::ProductId;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::error::DeductionError;
-use super::queries::{self, NewDeduction, Refusals, Verdict};
+use super::judge::{self, Candidate, Judged};
+use super::queries::{self, NewDeduction, StoredDeduction};
 use super::queue::{Counters, Waiter};
+use super::request::{DeductionRequest, DeductionStatus};
 use super::response::{self, applied_response, refusal_response, reused};
 use super::retry::{AttemptError, Retry};
 use crate::metrics;
 use crate::replay::StoredResponse;
+use crate::stock::engine::{Ledger, Refusal};
 use crate::stock::lock::{Locker, Locks};
 
 type Answer = Result<StoredResponse, DeductionError>;
+
+/// A request of a batch, with the fingerprint of its items.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    pub request: &'a DeductionRequest,
+    pub fingerprint: &'a str,
+}
+
+/// What one request of a batch got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The first request with its id: its outcome was recorded now, and is answered.
+    First(StoredDeduction),
+    /// Repeats, with the same items, an id first used earlier in the same batch.
+    Same(StoredDeduction),
+    /// Its id was recorded before this batch, with the same items.
+    Stored(StoredDeduction),
+    /// Its id was used before (stored, or earlier in this batch) with other items.
+    Reused,
+}
 
 /// Applies `batch` (every request for the same products) and answers each request.
 pub(super) async fn run(
@@ -45,17 +66,17 @@ pub(super) async fn run(
     counters: &Counters,
     batch: &[Waiter],
 ) -> Vec<Answer> {
-    let products = batch
-        .first()
-        .map(|w| w.request.items.product_ids())
-        .unwrap_or_default();
-    let (deductions, refusals) = match prepare(batch, &products) {
-        Ok(prepared) => prepared,
-        Err(error) => return failed(error, batch.len()),
-    };
+    let entries: Vec<Entry<'_>> = batch
+        .iter()
+        .map(|w| Entry {
+            request: &w.request,
+            fingerprint: &w.fingerprint,
+        })
+        .collect();
+    let products = products_of(&entries);
     let mut retry = Retry::new(locker.options().wait);
     loop {
-        match attempt(db, locker, &products, &deductions, &refusals).await {
+        match attempt(db, locker, &products, &entries).await {
             Err(error) if error.is_retryable() && retry.pause().await => {
                 if matches!(error, AttemptError::Refused(DeductionError::Database(_))) {
                     metrics::version_conflict();
@@ -73,50 +94,22 @@ pub(super) async fn run(
     }
 }
 
-/// Every request as the function takes it, with the answer it stores if applied, and the
-/// answers of a refusal by each product.
-fn prepare<'a>(
-    batch: &'a [Waiter],
-    products: &[ProductId],
-) -> Result<(Vec<NewDeduction<'a>>, Refusals), DeductionError> {
-    let mut deductions = Vec::with_capacity(batch.len());
-    for waiter in batch {
-        let items = waiter.request.items.as_slice();
-        if items.len() != products.len()
-            || items.iter().zip(products).any(|(i, p)| i.product_id != *p)
-        {
-            return Err(anyhow!("a deduction joined a batch for other products").into());
-        }
-        deductions.push(NewDeduction {
-            deduction_id: waiter.request.id.as_str(),
-            fingerprint: &waiter.fingerprint,
-            items: waiter.request.items.canonical_json(),
-            quantities: items.iter().map(|i| i.quantity).collect(),
-            applied: applied_response(&waiter.request)?,
-        });
-    }
-    let refused_by = |reason| {
-        products
-            .iter()
-            .map(|&product| refusal_response(reason, product))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let refusals = Refusals {
-        short: refused_by(RejectionReason::InsufficientStock)?,
-        unknown: refused_by(RejectionReason::UnknownProduct)?,
-    };
-    Ok((deductions, refusals))
+/// The products of a batch: those of its first request, which every other one shares.
+fn products_of(entries: &[Entry<'_>]) -> Vec<ProductId> {
+    entries
+        .first()
+        .map(|e| e.request.items.product_ids())
+        .unwrap_or_default()
 }
 
 async fn attempt(
     db: &PgPool,
     locker: &Locker,
     products: &[ProductId],
-    deductions: &[NewDeduction<'_>],
-    refusals: &Refusals,
+    entries: &[Entry<'_>],
 ) -> Result<Vec<Verdict>, AttemptError> {
     let locks = locker.acquire_all(products).await?;
-    let result = apply_under(&locks, db, products, deductions, refusals).await;
+    let result = apply_under(&locks, db, entries).await;
     locks.release().await;
     result
 }
@@ -124,14 +117,93 @@ async fn attempt(
 async fn apply_under(
     locks: &Locks,
     db: &PgPool,
-    products: &[ProductId],
-    deductions: &[NewDeduction<'_>],
-    refusals: &Refusals,
+    entries: &[Entry<'_>],
 ) -> Result<Vec<Verdict>, AttemptError> {
     // A lock that expired while its holder was paused: give it up before writing anything.
     locks.ensure_held()?;
     let mut conn = db.acquire().await?;
-    Ok(queries::apply_batch(&mut conn, products, deductions, refusals).await?)
+    Ok(apply_once(&mut conn, entries).await?)
+}
+
+/// One attempt at a batch on `conn`, without lock or retry: reads, judges every request in
+/// order and records the outcomes with the stock change. Every request must name the same
+/// products; a batch that mixes product sets is refused before anything is read.
+pub async fn apply_once(
+    conn: &mut PgConnection,
+    entries: &[Entry<'_>],
+) -> Result<Vec<Verdict>, DeductionError> {
+    let products = products_of(entries);
+    if entries
+        .iter()
+        .any(|e| e.request.items.product_ids() != products)
+    {
+        return Err(anyhow!("a deduction joined a batch for other products").into());
+    }
+    let ids: Vec<&str> = entries.iter().map(|e| e.request.id.as_str()).collect();
+    let read = queries::read(conn, &products, &ids).await?;
+    let mut stock = Ledger::new(read.stock);
+    let candidates: Vec<Candidate<'_>> = entries
+        .iter()
+        .map(|e| Candidate {
+            id: e.request.id.as_str(),
+            fingerprint: e.fingerprint,
+            items: e.request.items.as_slice(),
+        })
+        .collect();
+    let mut verdicts: Vec<Verdict> = Vec::with_capacity(entries.len());
+    for (judged, entry) in judge::judge(&candidates, &read.stored, &mut stock)
+        .into_iter()
+        .zip(entries)
+    {
+        verdicts.push(match judged {
+            Judged::First(taken) => Verdict::First(outcome(entry.request, taken)?),
+            Judged::Same(first) => match &verdicts[first] {
+                Verdict::First(outcome) => Verdict::Same(outcome.clone()),
+                _ => return Err(anyhow!("a repeat that points at no first request").into()),
+            },
+            Judged::Stored(stored) => Verdict::Stored(stored),
+            Judged::Reused => Verdict::Reused,
+        });
+    }
+    let new: Vec<NewDeduction<'_>> = verdicts
+        .iter()
+        .zip(entries)
+        .filter_map(|(verdict, entry)| match verdict {
+            Verdict::First(outcome) => Some(NewDeduction {
+                deduction_id: entry.request.id.as_str(),
+                fingerprint: entry.fingerprint,
+                items: entry.request.items.canonical_json(),
+                outcome,
+            }),
+            _ => None,
+        })
+        .collect();
+    if !new.is_empty() {
+        queries::record(conn, &stock.changes(), &new).await?;
+    }
+    Ok(verdicts)
+}
+
+/// What a first request's answer is, as its row keeps it.
+fn outcome(
+    request: &DeductionRequest,
+    taken: Result<(), Refusal>,
+) -> Result<StoredDeduction, DeductionError> {
+    let (status, rejection_reason, response) = match taken {
+        Ok(()) => (DeductionStatus::Applied, None, applied_response(request)?),
+        Err(refusal) => (
+            DeductionStatus::Rejected,
+            Some(refusal.reason),
+            refusal_response(refusal.reason, refusal.product_id)?,
+        ),
+    };
+    Ok(StoredDeduction {
+        status,
+        rejection_reason,
+        response_status: i16::try_from(response.status.as_u16())
+            .map_err(|_| anyhow!("response status {}", response.status))?,
+        response_body: response.body,
+    })
 }
 
 fn answer(verdict: Verdict) -> Answer {

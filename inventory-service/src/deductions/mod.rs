@@ -2,18 +2,19 @@
 //! for every request that queued for the same products while the previous batch ran.
 //!
 //! - [`queue`]: who leads, what joins the next batch, [`MAX_BATCH`].
-//! - [`batch`]: one batch under one lock, in one round trip: the database function
-//!   `apply_deductions` reads, judges every request in arrival order against the stock the
-//!   earlier ones left, writes and commits.
+//! - [`batch`]: one batch under one lock, in two round trips: read the stock and the stored
+//!   ids, judge every request in arrival order ([`judge`], by the stock engine's rules), write
+//!   everything in one statement that commits it.
 //! - [`response`]: the first answer of an id (stored) and its replays.
 //! - [`retry`]: which failures are lost races, retried before answering 503 `busy`.
-//! - [`request`]: what a valid deduction is; [`queries`]: its table and `apply_deductions`;
+//! - [`request`]: what a valid deduction is; [`queries`]: its table and the two statements;
 //!   [`routes`]: the handler.
 //!
 //! A batch of one runs the same code as a batch of a hundred: there is no other write path.
 
-mod batch;
+pub mod batch;
 mod error;
+mod judge;
 pub mod queries;
 mod queue;
 pub mod request;

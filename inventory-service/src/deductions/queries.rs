@@ -1,13 +1,20 @@
-//! The `deductions` table (the first outcome of every deduction id, kept for replays) and
-//! `apply_deductions`, the database function (migration 0004) that reads, judges and writes a
-//! whole batch of deductions in one call: one round trip and, sent alone, one commit.
+//! The `deductions` table (the first outcome of every deduction id, kept for replays) and the
+//! two statements a batch of deductions costs: [`read`], the stock of its products with the
+//! stored outcomes of its ids, and [`record`], the stock change with the new outcomes, all or
+//! nothing. Each is sent on a connection outside a transaction, so each is its own
+//! transaction: when [`record`] returns, the batch is committed (and, with
+//! `synchronous_commit` on, durable).
+//!
+//! Every statement is checked against the migrations at build time (`sqlx::query!`).
+
+use std::collections::HashMap;
 
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgConnection;
 
-use super::request::{DeductionStatus, UnknownStatus};
-use crate::replay::StoredResponse;
+use super::request::DeductionStatus;
+use crate::stock::queries::{Change, StockRow};
 
 /// The first outcome of a deduction id, as its row keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,235 +26,242 @@ pub struct StoredDeduction {
     pub response_body: Vec<u8>,
 }
 
-/// One request of a batch, ready for [`apply_batch`].
+/// A stored outcome with the fingerprint of the items its id was first used with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub fingerprint: String,
+    pub outcome: StoredDeduction,
+}
+
+/// What a batch reads before it is judged.
+#[derive(Debug, Clone, Default)]
+pub struct Read {
+    /// The products of the batch that exist, with the version they were read at.
+    pub stock: Vec<(ProductId, StockRow)>,
+    /// The ids of the batch stored before it, by id.
+    pub stored: HashMap<String, Stored>,
+}
+
+/// One row of [`read`]: a product's stock, or a stored deduction (the other columns NULL).
+struct ReadRow {
+    product_id: Option<i64>,
+    stock: Option<i64>,
+    version: Option<i64>,
+    deduction_id: Option<String>,
+    fingerprint: Option<String>,
+    status: Option<String>,
+    rejection_reason: Option<String>,
+    response_status: Option<i16>,
+    response_body: Option<Vec<u8>>,
+}
+
+/// The stock of `products` and the stored outcomes of `ids`, in one round trip. A snapshot,
+/// not a lock: [`record`] writes only if the stock read is still there.
+pub async fn read(
+    conn: &mut PgConnection,
+    products: &[ProductId],
+    ids: &[&str],
+) -> sqlx::Result<Read> {
+    let products: Vec<i64> = products.iter().map(|p| p.0).collect();
+    // Two kinds of row in one statement: a round trip less for every batch.
+    let rows = sqlx::query_as!(
+        ReadRow,
+        r#"SELECT p.product_id AS "product_id?", p.stock AS "stock?", p.version AS "version?",
+                  NULL::text AS "deduction_id?", NULL::text AS "fingerprint?",
+                  NULL::text AS "status?", NULL::text AS "rejection_reason?",
+                  NULL::smallint AS "response_status?", NULL::bytea AS "response_body?"
+             FROM products AS p WHERE p.product_id = ANY($1)
+           UNION ALL
+           SELECT NULL, NULL, NULL, d.deduction_id, d.fingerprint, d.status, d.rejection_reason,
+                  d.response_status, d.response_body
+             FROM deductions AS d WHERE d.deduction_id = ANY($2)"#,
+        &products,
+        ids as &[&str],
+    )
+    .fetch_all(conn)
+    .await?;
+    let mut read = Read::default();
+    for row in rows {
+        match row {
+            ReadRow {
+                product_id: Some(id),
+                stock: Some(stock),
+                version: Some(version),
+                ..
+            } => read
+                .stock
+                .push((ProductId(id), StockRow { stock, version })),
+            ReadRow {
+                deduction_id: Some(id),
+                fingerprint: Some(fingerprint),
+                status: Some(status),
+                rejection_reason,
+                response_status: Some(response_status),
+                response_body: Some(response_body),
+                ..
+            } => {
+                let outcome = stored_outcome(&status, rejection_reason.as_deref(), response_status)
+                    .map(|(status, rejection_reason)| StoredDeduction {
+                        status,
+                        rejection_reason,
+                        response_status,
+                        response_body,
+                    })
+                    .map_err(|e| sqlx::Error::Decode(e.into()))?;
+                read.stored.insert(
+                    id,
+                    Stored {
+                        fingerprint,
+                        outcome,
+                    },
+                );
+            }
+            _ => {
+                return Err(sqlx::Error::Decode(
+                    "a row that is neither a product nor a stored deduction".into(),
+                ));
+            }
+        }
+    }
+    Ok(read)
+}
+
+/// Reads a stored status and reason strictly: an unknown value, or a reason that does not
+/// match the status, is an error, never a default (the CHECK constraints admit nothing else,
+/// so one means a schema drift).
+fn stored_outcome(
+    status: &str,
+    reason: Option<&str>,
+    response_status: i16,
+) -> Result<(DeductionStatus, Option<RejectionReason>), String> {
+    let status = DeductionStatus::parse(status).map_err(|e| e.to_string())?;
+    match (status, reason) {
+        (DeductionStatus::Applied, None) => Ok((status, None)),
+        (DeductionStatus::Rejected, Some(raw)) => RejectionReason::parse(raw)
+            .map(|reason| (status, Some(reason)))
+            .ok_or_else(|| format!("unknown rejection reason {raw:?}")),
+        (status, reason) => Err(format!(
+            "a {status:?} deduction with rejection reason {reason:?} (response {response_status})"
+        )),
+    }
+}
+
+/// The first outcome of an id, about to be recorded.
 #[derive(Debug, Clone)]
 pub struct NewDeduction<'a> {
     pub deduction_id: &'a str,
     pub fingerprint: &'a str,
     /// The canonical items, stored for audits.
     pub items: serde_json::Value,
-    /// One per product of the batch, in the batch's (ascending) order.
-    pub quantities: Vec<i64>,
-    /// What it answers if applied.
-    pub applied: StoredResponse,
+    pub outcome: &'a StoredDeduction,
 }
 
-/// What a refusal by each product of the batch answers; one per product, in the batch's
-/// order. A refusal's body names the product and the reason, not the request.
-#[derive(Debug, Clone, Default)]
-pub struct Refusals {
-    pub short: Vec<StoredResponse>,
-    pub unknown: Vec<StoredResponse>,
-}
-
-/// What one request of a batch got, in the words `apply_deductions` returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The first request with its id: its outcome was recorded now, and is answered.
-    First(StoredDeduction),
-    /// Repeats, with the same items, an id first used earlier in the same batch.
-    Same(StoredDeduction),
-    /// Its id was recorded before this batch, with the same items.
-    Stored(StoredDeduction),
-    /// Its id was used before (stored, or earlier in this batch) with other items.
-    Reused,
-}
-
-/// A row `apply_deductions` returned that this code does not know how to read: a schema
-/// drift, never guessed about.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("apply_deductions returned {0}")]
-pub struct UnknownVerdict(pub String);
-
-impl From<UnknownStatus> for UnknownVerdict {
-    fn from(error: UnknownStatus) -> Self {
-        Self(error.to_string())
-    }
-}
-
-/// One row as `apply_deductions` returns it. sqlx takes every column of a function's result
-/// for nullable; the statement declares the two the function always sets (`ordinal!`,
-/// `verdict!`), the others stay optional and [`VerdictRow::read`] judges them.
-#[derive(Debug, Clone)]
-pub struct VerdictRow {
-    pub ordinal: i32,
-    pub verdict: String,
-    pub status: Option<String>,
-    pub rejection_reason: Option<String>,
-    pub response_status: Option<i16>,
-    pub response_body: Option<Vec<u8>>,
-}
-
-impl VerdictRow {
-    /// Reads the row strictly: an unknown verdict, status or reason, a missing recorded row
-    /// or a reason that does not match the status is an error.
-    pub fn read(self) -> Result<Verdict, UnknownVerdict> {
-        if self.verdict == "reused" {
-            return Ok(Verdict::Reused);
-        }
-        let (Some(status), Some(response_status), Some(response_body)) =
-            (self.status, self.response_status, self.response_body)
-        else {
-            return Err(UnknownVerdict(format!(
-                "a {:?} verdict without its recorded row",
-                self.verdict
-            )));
-        };
-        let status = DeductionStatus::parse(&status)?;
-        let rejection_reason = match (status, self.rejection_reason.as_deref()) {
-            (DeductionStatus::Applied, None) => None,
-            (DeductionStatus::Rejected, Some(raw)) => Some(
-                RejectionReason::parse(raw)
-                    .ok_or_else(|| UnknownVerdict(format!("rejection reason {raw:?}")))?,
-            ),
-            (status, reason) => {
-                return Err(UnknownVerdict(format!(
-                    "a {status:?} deduction with rejection reason {reason:?}"
-                )));
-            }
-        };
-        let stored = StoredDeduction {
-            status,
-            rejection_reason,
-            response_status,
-            response_body,
-        };
-        match self.verdict.as_str() {
-            "first" => Ok(Verdict::First(stored)),
-            "same" => Ok(Verdict::Same(stored)),
-            "stored" => Ok(Verdict::Stored(stored)),
-            other => Err(UnknownVerdict(format!("verdict {other:?}"))),
-        }
-    }
-}
-
-/// Applies a batch: every request of `deductions` names exactly `products` (ascending), and
-/// is judged in order against the stock the earlier ones left. One verdict per request, in
-/// order. Sent on a connection outside a transaction, the call is its own transaction: when
-/// it returns, its outcomes are committed (and, with `synchronous_commit` on, durable).
-///
-/// A serialization failure (40001) means another writer recorded one of these ids meanwhile
-/// (nothing was written; try again and its id replays).
-pub async fn apply_batch(
+/// Writes `changes` (every one with the version it was read at) and `deductions` in one
+/// statement: all of it, or, when a product moved since it was read or another writer
+/// recorded one of these ids meanwhile, nothing, with a serialization failure (40001) that
+/// the caller retries (the next read then replays the id).
+pub async fn record(
     conn: &mut PgConnection,
-    products: &[ProductId],
+    changes: &[Change],
     deductions: &[NewDeduction<'_>],
-    refusals: &Refusals,
-) -> sqlx::Result<Vec<Verdict>> {
-    let products: Vec<i64> = products.iter().map(|p| p.0).collect();
-    let ids: Vec<&str> = deductions.iter().map(|d| d.deduction_id).collect();
+) -> sqlx::Result<()> {
+    let ids: Vec<i64> = changes.iter().map(|c| c.product_id.0).collect();
+    let deltas: Vec<i64> = changes.iter().map(|c| c.delta).collect();
+    let versions: Vec<Option<i64>> = changes.iter().map(|c| c.version).collect();
+    let deduction_ids: Vec<&str> = deductions.iter().map(|d| d.deduction_id).collect();
     let fingerprints: Vec<&str> = deductions.iter().map(|d| d.fingerprint).collect();
     let items: Vec<&serde_json::Value> = deductions.iter().map(|d| &d.items).collect();
-    let quantities: Vec<i64> = deductions
+    let statuses: Vec<&str> = deductions
         .iter()
-        .flat_map(|d| d.quantities.iter().copied())
+        .map(|d| d.outcome.status.as_str())
         .collect();
-    let applied: Vec<&[u8]> = deductions
+    let reasons: Vec<Option<&str>> = deductions
         .iter()
-        .map(|d| d.applied.body.as_slice())
+        .map(|d| d.outcome.rejection_reason.map(RejectionReason::as_str))
         .collect();
-    let (short, unknown) = (bodies(&refusals.short), bodies(&refusals.unknown));
-    let rows = sqlx::query_as!(
-        VerdictRow,
-        r#"SELECT ordinal AS "ordinal!", verdict AS "verdict!", status, rejection_reason,
-                  response_status, response_body
-           FROM apply_deductions($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"#,
-        &products,
-        &ids as &[&str],
+    let codes: Vec<i16> = deductions
+        .iter()
+        .map(|d| d.outcome.response_status)
+        .collect();
+    let bodies: Vec<&[u8]> = deductions
+        .iter()
+        .map(|d| d.outcome.response_body.as_slice())
+        .collect();
+    // Data-modifying CTEs all run to completion before the final SELECT counts what they did;
+    // a count short of what was decided raises, which undoes the whole statement. The update
+    // takes its rows in ascending product id, as every stock write does, so two writers never
+    // wait on each other in a cycle; an insert of an id another writer is inserting waits for
+    // it, and if it commits, skips the row, and the count says so.
+    sqlx::query_scalar!(
+        r#"WITH changed AS (
+               UPDATE products AS p
+                  SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now()
+                 FROM (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+                       AS c (product_id, delta, version) ORDER BY product_id) AS c
+                WHERE p.product_id = c.product_id
+                  AND (c.version IS NULL OR p.version = c.version)
+                  AND p.stock + c.delta >= 0
+               RETURNING 1
+           ), recorded AS (
+               INSERT INTO deductions (deduction_id, fingerprint, items, status,
+                                       rejection_reason, response_status, response_body)
+               SELECT * FROM unnest($4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[],
+                                    $9::smallint[], $10::bytea[])
+                   ON CONFLICT ON CONSTRAINT deductions_pkey DO NOTHING
+               RETURNING 1
+           )
+           SELECT CASE
+               WHEN (SELECT count(*) FROM changed) <> cardinality($1::bigint[])
+                   THEN serialization_failure('a product''s stock moved since it was read')
+               WHEN (SELECT count(*) FROM recorded) <> cardinality($4::text[])
+                   THEN serialization_failure('a deduction id of this batch was recorded meanwhile')
+               ELSE true
+           END AS "recorded!""#,
+        &ids,
+        &deltas,
+        &versions as &[Option<i64>],
+        &deduction_ids as &[&str],
         &fingerprints as &[&str],
         &items as &[&serde_json::Value],
-        &quantities,
-        one_status(deductions.iter().map(|d| &d.applied))?,
-        &applied as &[&[u8]],
-        one_status(&refusals.short)?,
-        &short as &[&[u8]],
-        one_status(&refusals.unknown)?,
-        &unknown as &[&[u8]],
+        &statuses as &[&str],
+        &reasons as &[Option<&str>],
+        &codes,
+        &bodies as &[&[u8]],
     )
-    .fetch_all(conn)
-    .await?;
-    if rows.len() != deductions.len()
-        || rows
-            .iter()
-            .zip(1..)
-            .any(|(row, ordinal)| row.ordinal != ordinal)
-    {
-        return Err(decode(UnknownVerdict(format!(
-            "{} rows out of order for {} requests",
-            rows.len(),
-            deductions.len()
-        ))));
-    }
-    rows.into_iter()
-        .map(|row| row.read().map_err(decode))
-        .collect()
-}
-
-/// The one HTTP status that responses of a kind share (the function stores one per kind).
-fn one_status<'a>(responses: impl IntoIterator<Item = &'a StoredResponse>) -> sqlx::Result<i16> {
-    let mut statuses = responses.into_iter().map(|r| r.status.as_u16());
-    let first = statuses.next().unwrap_or(500);
-    if statuses.any(|s| s != first) {
-        return Err(sqlx::Error::Protocol(
-            "responses of one kind with different statuses".to_owned(),
-        ));
-    }
-    i16::try_from(first).map_err(|_| sqlx::Error::Protocol(format!("status {first}")))
-}
-
-fn bodies(responses: &[StoredResponse]) -> Vec<&[u8]> {
-    responses.iter().map(|r| r.body.as_slice()).collect()
-}
-
-fn decode(error: UnknownVerdict) -> sqlx::Error {
-    sqlx::Error::Decode(Box::new(error))
+    .fetch_one(conn)
+    .await
+    .map(drop)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn row(verdict: &str, status: Option<&str>, reason: Option<&str>) -> VerdictRow {
-        VerdictRow {
-            ordinal: 1,
-            verdict: verdict.to_owned(),
-            status: status.map(str::to_owned),
-            rejection_reason: reason.map(str::to_owned),
-            response_status: status.map(|_| 409),
-            response_body: status.map(|_| b"{}".to_vec()),
-        }
-    }
-
     #[test]
-    fn a_returned_row_is_read_strictly() {
-        let refused = row("first", Some("REJECTED"), Some("insufficient_stock")).read();
-        assert!(matches!(
+    fn a_stored_outcome_is_read_strictly() {
+        let refused = stored_outcome("REJECTED", Some("insufficient_stock"), 409);
+        assert_eq!(
             refused,
-            Ok(Verdict::First(StoredDeduction {
-                rejection_reason: Some(RejectionReason::InsufficientStock),
-                ..
-            }))
-        ));
-        assert!(matches!(
-            row("same", Some("APPLIED"), None).read(),
-            Ok(Verdict::Same(_))
-        ));
-        assert!(matches!(
-            row("stored", Some("APPLIED"), None).read(),
-            Ok(Verdict::Stored(_))
-        ));
-        assert_eq!(row("reused", None, None).read(), Ok(Verdict::Reused));
-
-        for odd in [
-            row("partial", Some("APPLIED"), None),
-            row("FIRST", Some("APPLIED"), None),
-            row("first", Some("PARTIAL"), None),
-            row("first", Some("REJECTED"), Some("out_of_stock")),
-            row("first", Some("REJECTED"), None),
-            row("first", Some("APPLIED"), Some("unknown_product")),
-            row("stored", None, None),
+            Ok((
+                DeductionStatus::Rejected,
+                Some(RejectionReason::InsufficientStock)
+            ))
+        );
+        assert_eq!(
+            stored_outcome("APPLIED", None, 200),
+            Ok((DeductionStatus::Applied, None))
+        );
+        for (status, reason) in [
+            ("PARTIAL", None),
+            ("applied", None),
+            ("REJECTED", Some("out_of_stock")),
+            ("REJECTED", None),
+            ("APPLIED", Some("unknown_product")),
         ] {
-            assert!(odd.clone().read().is_err(), "{odd:?}");
+            assert!(
+                stored_outcome(status, reason, 200).is_err(),
+                "{status} {reason:?}"
+            );
         }
     }
 }

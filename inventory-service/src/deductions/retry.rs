@@ -26,8 +26,8 @@ impl AttemptError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Lock(LockError::Lost) => true,
-            // PostgreSQL undid the transaction because of another one: a deadlock, or
-            // `apply_deductions` finding an id of its batch recorded meanwhile.
+            // PostgreSQL undid the write because of another writer: a deadlock, a product
+            // that moved since it was read, or an id of the batch recorded meanwhile.
             Self::Refused(DeductionError::Database(error)) => {
                 platform::messaging::consumer::is_database_contention(error)
             }

@@ -4,7 +4,8 @@
 //! - The batch's orders are serialised against every other handler (one advisory lock per
 //!   order, taken in one statement), then the message ids seen before, the orders'
 //!   reservations and the stock of the products to deduct are read, one statement each.
-//! - Each event is judged in memory against what the earlier ones left ([`super::judge`]).
+//! - Each event is judged in memory against what the earlier ones left ([`super::judge`],
+//!   by the rules of [`crate::stock::engine`]).
 //! - Then the stock changes (the conditional update: version as read; give-backs to products
 //!   the batch did not read need no version), reservations, message ids and outbox rows are
 //!   written with one multi-row statement each. A row that moved
@@ -22,7 +23,8 @@ use uuid::Uuid;
 
 use super::judge::{self, Judged, Known};
 use super::queries::{self, NewReservation, ReservationState};
-use crate::stock::queries::{self as stock_queries, Change, StockRow};
+use crate::stock::engine::Ledger;
+use crate::stock::queries as stock_queries;
 
 /// An order event of the batch.
 #[derive(Debug, Clone)]
@@ -80,13 +82,9 @@ pub async fn apply(conn: &mut PgConnection, works: &[Work]) -> Result<Vec<Handle
         .into_iter()
         .map(|reservation| (reservation.order_id, Known::read(reservation)))
         .collect();
-    let wanted = products_of(works);
-    let read: HashMap<ProductId, StockRow> = stock_queries::read_all(conn, &wanted)
-        .await?
-        .into_iter()
-        .collect();
-    let judged = judge::judge(works, seen, known, &read)?;
-    write(conn, &read, judged).await
+    let stock = Ledger::new(stock_queries::read_all(conn, &products_of(works)).await?);
+    let judged = judge::judge(works, seen, known, stock)?;
+    write(conn, judged).await
 }
 
 /// Every product the creations of `works` name, in arrival order (repeats kept).
@@ -102,41 +100,15 @@ pub(super) fn products_of(works: &[Work]) -> Vec<ProductId> {
 }
 
 /// Writes what the batch decided, one statement per table.
-async fn write(
-    conn: &mut PgConnection,
-    read: &HashMap<ProductId, StockRow>,
-    judged: Judged,
-) -> Result<Vec<Handled>, BatchError> {
+async fn write(conn: &mut PgConnection, judged: Judged) -> Result<Vec<Handled>, BatchError> {
     let Judged {
         handled,
         stock,
-        given_back_unread,
         known,
         recorded,
         outbox,
     } = judged;
-    let mut changes: Vec<Change> = read
-        .iter()
-        .filter_map(|(id, row)| {
-            let delta = stock[id] - row.stock;
-            (delta != 0).then_some(Change {
-                product_id: *id,
-                delta,
-                version: Some(row.version),
-            })
-        })
-        .collect();
-    // One row per product: an UPDATE joins each row once.
-    let mut given_back: HashMap<ProductId, i64> = HashMap::new();
-    for item in given_back_unread {
-        *given_back.entry(item.product_id).or_default() += item.quantity;
-    }
-    changes.extend(given_back.into_iter().map(|(product_id, delta)| Change {
-        product_id,
-        delta,
-        version: None,
-    }));
-    if !stock_queries::apply_changes(conn, &changes).await? {
+    if !stock_queries::apply_changes(conn, &stock.changes()).await? {
         return Err(BatchError::Contended(
             "a product's stock moved since it was read",
         ));

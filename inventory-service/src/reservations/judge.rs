@@ -1,9 +1,8 @@
 //! The judging of one batch of order events, in memory and in arrival order, against what
-//! [`super::apply`] read: an order is reserved when the stock the earlier orders left covers
-//! every item (all or nothing), else rejected (a large order refused does not stop a later
-//! small one); a cancellation gives back what its order holds, once, or leaves a tombstone
-//! when the order was never seen, so its creation later in the batch, or in a later one,
-//! deducts nothing. Nothing is written here.
+//! [`super::apply`] read: an order is reserved when the stock engine ([`crate::stock::engine`])
+//! lets it take every item, else rejected with the engine's reason; a cancellation gives back
+//! what its order holds, once, or leaves a tombstone when the order was never seen, so its
+//! creation later in the batch, or in a later one, deducts nothing. Nothing is written here.
 
 use std::collections::{HashMap, HashSet};
 
@@ -11,16 +10,15 @@ use platform::messaging::consumer::Handled;
 use platform::messaging::outbox::NewOutboxRow;
 use platform::telemetry::TraceContext;
 use shared::events::{
-    Envelope, InventoryEvent, LineItem, OrderCreated, RejectionReason, StockRejected,
-    StockReleased, StockReserved,
+    Envelope, InventoryEvent, OrderCreated, StockRejected, StockReleased, StockReserved,
 };
-use shared::ids::{OrderId, ProductId};
+use shared::ids::OrderId;
 use shared::keys;
 use uuid::Uuid;
 
 use super::apply::{Event, Work};
 use super::queries::{Reservation, ReservationState};
-use crate::stock::queries::StockRow;
+use crate::stock::engine::Ledger;
 
 /// A reservation as the batch sees it so far.
 pub(super) struct Known {
@@ -46,10 +44,8 @@ impl Known {
 pub(super) struct Judged {
     /// One per work, in order.
     pub(super) handled: Vec<Handled>,
-    /// What each product read is left with.
-    pub(super) stock: HashMap<ProductId, i64>,
-    /// Given back to products the batch did not read.
-    pub(super) given_back_unread: Vec<LineItem>,
+    /// The stock as the batch left it.
+    pub(super) stock: Ledger,
     /// Every reservation of the batch's orders, as the batch left it.
     pub(super) known: HashMap<OrderId, Known>,
     /// The message ids to record, with their kinds.
@@ -58,16 +54,13 @@ pub(super) struct Judged {
 }
 
 /// Judges `works` in arrival order: `seen` holds the message ids recorded before, `known`
-/// the orders' reservations and `read` the stock of the products to deduct.
+/// the orders' reservations and `stock` the products to deduct, as read.
 pub(super) fn judge(
     works: &[Work],
     mut seen: HashSet<Uuid>,
     mut known: HashMap<OrderId, Known>,
-    read: &HashMap<ProductId, StockRow>,
+    mut stock: Ledger,
 ) -> sqlx::Result<Judged> {
-    let mut stock: HashMap<ProductId, i64> =
-        read.iter().map(|(id, row)| (*id, row.stock)).collect();
-    let mut given_back_unread = Vec::new();
     let mut handled = Vec::with_capacity(works.len());
     let mut recorded = Vec::new();
     let mut outbox = Vec::new();
@@ -97,12 +90,7 @@ pub(super) fn judge(
                         None
                     }
                     Some(existing) if existing.reservation.state == ReservationState::Applied => {
-                        for item in &existing.reservation.items {
-                            match stock.get_mut(&item.product_id) {
-                                Some(left) => *left += item.quantity,
-                                None => given_back_unread.push(*item),
-                            }
-                        }
+                        stock.give_back(&existing.reservation.items);
                         existing.reservation.state = ReservationState::Released;
                         existing.released |= !existing.new;
                         Some(InventoryEvent::Released(StockReleased {
@@ -122,7 +110,6 @@ pub(super) fn judge(
     Ok(Judged {
         handled,
         stock,
-        given_back_unread,
         known,
         recorded,
         outbox,
@@ -138,34 +125,18 @@ fn new_known(reservation: Reservation) -> Known {
 }
 
 /// Judges `created` against `stock` as the earlier orders left it, deducting on success.
-fn reserve(
-    created: &OrderCreated,
-    stock: &mut HashMap<ProductId, i64>,
-) -> (Reservation, InventoryEvent) {
+fn reserve(created: &OrderCreated, stock: &mut Ledger) -> (Reservation, InventoryEvent) {
     let order_id = created.order_id;
-    let mut sorted: Vec<LineItem> = created.items.clone();
-    sorted.sort_by_key(|item| item.product_id);
-    let shortfall = sorted
-        .iter()
-        .find_map(|item| match stock.get(&item.product_id) {
-            None => Some(RejectionReason::UnknownProduct),
-            Some(left) if *left < item.quantity => Some(RejectionReason::InsufficientStock),
-            Some(_) => None,
-        });
-    let (state, reason, event) = match shortfall {
-        None => {
-            for item in &sorted {
-                if let Some(left) = stock.get_mut(&item.product_id) {
-                    *left -= item.quantity;
-                }
-            }
+    let (state, reason, event) = match stock.take(&created.items) {
+        Ok(()) => {
             let event = InventoryEvent::Reserved(StockReserved {
                 order_id,
                 items: created.items.clone(),
             });
             (ReservationState::Applied, None, event)
         }
-        Some(reason) => {
+        Err(refusal) => {
+            let reason = refusal.reason;
             let event = InventoryEvent::Rejected(StockRejected { order_id, reason });
             (ReservationState::Rejected, Some(reason), event)
         }

@@ -1,7 +1,7 @@
-//! The SQL that reserves stock for `order.created`: read stock and version, then a conditional
-//! update that only succeeds when the row is unchanged since the read and holds enough stock.
-//! (`POST /deductions` judges its batches in one call of `apply_deductions`, the database
-//! function of migration 0004.)
+//! The stock a batch reads (stock and version) and the conditional update of what it decided
+//! ([`super::engine::Ledger::changes`]), which only changes a row that is unchanged since the
+//! read and keeps its stock non-negative. (`POST /deductions` sends the same update inside its
+//! one write statement, `crate::deductions::queries::record`.)
 //!
 //! This, not the Redis lock, is what keeps stock correct: a writer holding a stale read (a
 //! lock holder paused past its TTL, two holders while Redis lost its keys, no lock at all

@@ -1,17 +1,16 @@
-//! `apply_deductions`, the database function that applies a whole batch of `POST /deductions`
-//! in one call, on its own: every rule of docs/contract.md §3.2 as if the requests came one at a time in
-//! order, one transaction per call, nothing written when anything is off.
+//! One batch of `POST /deductions` on its own (`deductions::batch::apply_once`): every rule of
+//! docs/contract.md §3.2 as if the requests came one at a time in order, the stock change and
+//! the outcomes written in one transaction, nothing written when anything is off.
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
-use inventory_service::deductions::queries::{
-    self, NewDeduction, Refusals, StoredDeduction, Verdict,
+use inventory_service::deductions::DeductionError;
+use inventory_service::deductions::batch::{self, Entry, Verdict};
+use inventory_service::deductions::queries::StoredDeduction;
+use inventory_service::deductions::request::{
+    DeductionId, DeductionRequest, DeductionStatus, Items,
 };
-use inventory_service::deductions::request::DeductionStatus;
-use inventory_service::replay::StoredResponse;
 use shared::events::RejectionReason;
-use shared::ids::ProductId;
 use sqlx::PgPool;
 use testkit::{TestDatabase, eventually};
 
@@ -41,85 +40,107 @@ async fn recorded(pool: &PgPool) -> (i64, i64) {
         .expect("counts")
 }
 
-fn applied_body(id: &str) -> Vec<u8> {
-    format!("applied {id}").into_bytes()
-}
-
-/// A request; `fingerprint` stands for its items.
-fn request<'a>(id: &'a str, fingerprint: &'a str, quantities: &[i64]) -> NewDeduction<'a> {
-    NewDeduction {
-        deduction_id: id,
-        fingerprint,
-        items: serde_json::json!([]),
-        quantities: quantities.to_vec(),
-        applied: StoredResponse::first(StatusCode::OK, applied_body(id)),
-    }
-}
-
-fn refusals(products: &[i64]) -> Refusals {
-    let each = |status, word: &str| {
-        products
-            .iter()
-            .map(|p| StoredResponse::first(status, format!("{word} {p}").into_bytes()))
-            .collect()
+/// A request for `quantities` of the batch's products, in ascending product id.
+fn request(id: &str, products: &[i64], quantities: &[i64]) -> (DeductionRequest, String) {
+    let items = Items::parse(products.iter().copied().zip(quantities.iter().copied()))
+        .expect("valid items");
+    let fingerprint = items.fingerprint();
+    let request = DeductionRequest {
+        id: DeductionId::parse(id).expect("a valid id"),
+        items,
     };
-    Refusals {
-        short: each(StatusCode::CONFLICT, "short"),
-        unknown: each(StatusCode::NOT_FOUND, "unknown"),
-    }
+    (request, fingerprint)
 }
 
 async fn apply(
     pool: &PgPool,
-    products: &[i64],
-    requests: &[NewDeduction<'_>],
-) -> sqlx::Result<Vec<Verdict>> {
-    let ids: Vec<ProductId> = products.iter().copied().map(ProductId).collect();
+    requests: &[(DeductionRequest, String)],
+) -> Result<Vec<Verdict>, DeductionError> {
+    let entries: Vec<Entry<'_>> = requests
+        .iter()
+        .map(|(request, fingerprint)| Entry {
+            request,
+            fingerprint,
+        })
+        .collect();
     let mut conn = pool.acquire().await.expect("a connection");
-    queries::apply_batch(&mut conn, &ids, requests, &refusals(products)).await
+    batch::apply_once(&mut conn, &entries).await
 }
 
-fn applied(id: &str) -> StoredDeduction {
-    StoredDeduction {
-        status: DeductionStatus::Applied,
-        rejection_reason: None,
-        response_status: 200,
-        response_body: applied_body(id),
-    }
-}
-
-fn refused(reason: RejectionReason, product: i64) -> StoredDeduction {
-    let (status, word) = match reason {
-        RejectionReason::InsufficientStock => (409, "short"),
-        RejectionReason::UnknownProduct => (404, "unknown"),
+/// The outcome a verdict carries, in short: status, reason and response status, with what
+/// its body names (the deduction id when applied, the product when refused).
+fn summary(verdict: &Verdict) -> (&'static str, String) {
+    let (kind, stored) = match verdict {
+        Verdict::First(stored) => ("first", stored),
+        Verdict::Same(stored) => ("same", stored),
+        Verdict::Stored(stored) => ("stored", stored),
+        Verdict::Reused => return ("reused", String::new()),
     };
-    StoredDeduction {
-        status: DeductionStatus::Rejected,
-        rejection_reason: Some(reason),
-        response_status: status,
-        response_body: format!("{word} {product}").into_bytes(),
+    (kind, describe(stored))
+}
+
+fn describe(stored: &StoredDeduction) -> String {
+    let body: serde_json::Value =
+        serde_json::from_slice(&stored.response_body).expect("a JSON body");
+    match (stored.status, stored.rejection_reason) {
+        (DeductionStatus::Applied, None) => {
+            format!(
+                "{} applied {}",
+                stored.response_status, body["deduction_id"]
+            )
+        }
+        (DeductionStatus::Rejected, Some(reason)) => {
+            let detail = body["detail"].as_str().unwrap_or_default();
+            let product = detail.split_whitespace().nth(1).unwrap_or_default();
+            format!(
+                "{} {} by {product}",
+                stored.response_status,
+                reason.as_str()
+            )
+        }
+        other => panic!("an inconsistent outcome {other:?}"),
     }
+}
+
+fn applied(kind: &'static str, id: &str) -> (&'static str, String) {
+    (kind, format!("200 applied \"{id}\""))
+}
+
+fn refused(reason: RejectionReason, product: i64) -> (&'static str, String) {
+    let status = match reason {
+        RejectionReason::InsufficientStock => 409,
+        RejectionReason::UnknownProduct => 404,
+    };
+    (
+        "first",
+        format!("{status} {} by {product}", reason.as_str()),
+    )
 }
 
 const SHORT: RejectionReason = RejectionReason::InsufficientStock;
 
+fn summaries(verdicts: &[Verdict]) -> Vec<(&'static str, String)> {
+    verdicts.iter().map(summary).collect()
+}
+
 #[tokio::test]
 async fn each_request_is_judged_against_what_the_earlier_ones_left_in_one_transaction() {
     let db = database(&[(PRODUCT, 5)]).await;
+    let p = &[PRODUCT];
     let batch = [
-        request("a", "two", &[2]),
-        request("b", "five", &[5]),
-        request("c", "two", &[2]),
-        request("d", "two", &[2]),
+        request("a", p, &[2]),
+        request("b", p, &[5]),
+        request("c", p, &[2]),
+        request("d", p, &[2]),
     ];
-    let verdicts = apply(&db.pool, &[PRODUCT], &batch).await.expect("applied");
+    let verdicts = apply(&db.pool, &batch).await.expect("applied");
     assert_eq!(
-        verdicts,
+        summaries(&verdicts),
         vec![
-            Verdict::First(applied("a")),
-            Verdict::First(refused(SHORT, PRODUCT)),
-            Verdict::First(applied("c")),
-            Verdict::First(refused(SHORT, PRODUCT)),
+            applied("first", "a"),
+            refused(SHORT, PRODUCT),
+            applied("first", "c"),
+            refused(SHORT, PRODUCT),
         ],
         "the large one refused does not stop the small one after it"
     );
@@ -134,20 +155,21 @@ async fn each_request_is_judged_against_what_the_earlier_ones_left_in_one_transa
 #[tokio::test]
 async fn an_id_repeated_in_the_batch_gets_the_first_answer_and_deducts_once() {
     let db = database(&[(PRODUCT, 10)]).await;
+    let p = &[PRODUCT];
     let batch = [
-        request("a", "one", &[1]),
-        request("a", "one", &[1]),
-        request("a", "two", &[2]),
-        request("b", "two", &[2]),
+        request("a", p, &[1]),
+        request("a", p, &[1]),
+        request("a", p, &[2]),
+        request("b", p, &[2]),
     ];
-    let verdicts = apply(&db.pool, &[PRODUCT], &batch).await.expect("applied");
+    let verdicts = apply(&db.pool, &batch).await.expect("applied");
     assert_eq!(
-        verdicts,
+        summaries(&verdicts),
         vec![
-            Verdict::First(applied("a")),
-            Verdict::Same(applied("a")),
-            Verdict::Reused,
-            Verdict::First(applied("b")),
+            applied("first", "a"),
+            applied("same", "a"),
+            ("reused", String::new()),
+            applied("first", "b"),
         ]
     );
     assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (7, 1));
@@ -157,25 +179,28 @@ async fn an_id_repeated_in_the_batch_gets_the_first_answer_and_deducts_once() {
 #[tokio::test]
 async fn a_stored_id_replays_its_first_outcome_even_after_a_restock_and_takes_nothing() {
     let db = database(&[(PRODUCT, 3)]).await;
-    let first = [request("x", "one", &[1]), request("big", "nine", &[9])];
-    apply(&db.pool, &[PRODUCT], &first).await.expect("applied");
+    let p = &[PRODUCT];
+    let first = [request("x", p, &[1]), request("big", p, &[9])];
+    apply(&db.pool, &first).await.expect("applied");
     sqlx::query("UPDATE products SET stock = stock + 100, version = version + 1")
         .execute(&db.pool)
         .await
         .expect("a restock");
 
     let again = [
-        request("x", "one", &[1]),
-        request("x", "other", &[1]),
-        request("big", "nine", &[9]),
+        request("x", p, &[1]),
+        request("x", p, &[2]),
+        request("big", p, &[9]),
     ];
-    let verdicts = apply(&db.pool, &[PRODUCT], &again).await.expect("replayed");
+    let verdicts = apply(&db.pool, &again).await.expect("replayed");
+    let mut refused_again = refused(SHORT, PRODUCT);
+    refused_again.0 = "stored";
     assert_eq!(
-        verdicts,
+        summaries(&verdicts),
         vec![
-            Verdict::Stored(applied("x")),
-            Verdict::Reused,
-            Verdict::Stored(refused(SHORT, PRODUCT)),
+            applied("stored", "x"),
+            ("reused", String::new()),
+            refused_again
         ]
     );
     assert_eq!(
@@ -189,84 +214,46 @@ async fn a_stored_id_replays_its_first_outcome_even_after_a_restock_and_takes_no
 #[tokio::test]
 async fn a_multi_product_request_takes_all_or_nothing_and_names_the_first_failing_product() {
     let db = database(&[(PRODUCT, 5), (OTHER, 1)]).await;
+    let p = &[PRODUCT, OTHER];
     let batch = [
-        request("too-much", "a", &[1, 9]),
-        request("both", "b", &[1, 1]),
-        request("one-short", "b", &[1, 1]),
+        request("too-much", p, &[1, 9]),
+        request("both", p, &[1, 1]),
+        request("one-short", p, &[1, 1]),
     ];
-    let verdicts = apply(&db.pool, &[PRODUCT, OTHER], &batch)
-        .await
-        .expect("applied");
+    let verdicts = apply(&db.pool, &batch).await.expect("applied");
     assert_eq!(
-        verdicts,
+        summaries(&verdicts),
         vec![
-            Verdict::First(refused(SHORT, OTHER)),
-            Verdict::First(applied("both")),
-            Verdict::First(refused(SHORT, OTHER)),
+            refused(SHORT, OTHER),
+            applied("first", "both"),
+            refused(SHORT, OTHER),
         ]
     );
     assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
     assert_eq!(stock_and_version(&db.pool, OTHER).await, (0, 1));
 
     const GHOST: i64 = 99;
-    let verdicts = apply(
-        &db.pool,
-        &[PRODUCT, GHOST],
-        &[request("ghost", "g", &[1, 1])],
-    )
-    .await
-    .expect("applied");
+    let verdicts = apply(&db.pool, &[request("ghost", &[PRODUCT, GHOST], &[1, 1])])
+        .await
+        .expect("applied");
     assert_eq!(
-        verdicts,
-        vec![Verdict::First(refused(
-            RejectionReason::UnknownProduct,
-            GHOST
-        ))]
+        summaries(&verdicts),
+        vec![refused(RejectionReason::UnknownProduct, GHOST)]
     );
     assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
 }
 
 #[tokio::test]
-async fn malformed_input_fails_loudly_and_writes_nothing() {
+async fn a_batch_that_mixes_product_sets_is_refused_and_writes_nothing() {
     let db = database(&[(PRODUCT, 5), (OTHER, 5)]).await;
-    let cases: [(&[i64], Vec<NewDeduction<'_>>); 4] = [
-        // Products out of order, or twice: the lock order would not hold.
-        (&[OTHER, PRODUCT], vec![request("a", "f", &[1, 1])]),
-        (&[PRODUCT, PRODUCT], vec![request("a", "f", &[1, 1])]),
-        // A quantity per product, and positive.
-        (&[PRODUCT], vec![request("a", "f", &[1, 1])]),
-        (&[PRODUCT], vec![request("a", "f", &[0])]),
+    // The lock a batch holds covers its first request's products, so every other request
+    // must name exactly those.
+    let batch = [
+        request("a", &[PRODUCT], &[1]),
+        request("b", &[PRODUCT, OTHER], &[1, 1]),
     ];
-    for (products, batch) in cases {
-        let error = apply(&db.pool, products, &batch)
-            .await
-            .expect_err("refused");
-        let code = error
-            .as_database_error()
-            .and_then(|e| e.code())
-            .map(|c| c.into_owned());
-        assert_eq!(code.as_deref(), Some("22023"), "{products:?}: {error}");
-    }
-    // A missing id or fingerprint, which the typed call above cannot send.
-    for (id, fingerprint) in [(None, Some("f")), (Some("a"), None)] {
-        let error = sqlx::query(
-            "SELECT * FROM apply_deductions(ARRAY[$1]::int8[], ARRAY[$2]::text[], \
-             ARRAY[$3]::text[], ARRAY['[]']::jsonb[], ARRAY[1]::int8[], 200::int2, \
-             ARRAY['']::bytea[], 409::int2, ARRAY['']::bytea[], 404::int2, ARRAY['']::bytea[])",
-        )
-        .bind(PRODUCT)
-        .bind(id)
-        .bind(fingerprint)
-        .execute(&db.pool)
-        .await
-        .expect_err("refused");
-        let code = error.as_database_error().and_then(|e| e.code());
-        assert_eq!(
-            code.as_deref(),
-            Some("22023"),
-            "{id:?} {fingerprint:?}: {error}"
-        );
-    }
+    let error = apply(&db.pool, &batch).await.expect_err("refused");
+    assert!(matches!(error, DeductionError::Unexpected(_)), "{error:?}");
     assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (5, 0));
     assert_eq!(recorded(&db.pool).await.0, 0);
 }
@@ -282,45 +269,92 @@ async fn an_unknown_stored_status_fails_the_call_instead_of_guessing() {
     .execute(&db.pool)
     .await
     .expect("drop the checks");
+    let (odd, fingerprint) = request("odd", &[PRODUCT], &[1]);
     sqlx::query(
         "INSERT INTO deductions (deduction_id, fingerprint, items, status, response_status, \
-         response_body) VALUES ('odd', 'f', '[]', 'PARTIAL', 200, '')",
+         response_body) VALUES ('odd', $1, '[]', 'PARTIAL', 200, '')",
     )
+    .bind(&fingerprint)
     .execute(&db.pool)
     .await
     .expect("an odd row");
-    let read = apply(&db.pool, &[PRODUCT], &[request("odd", "f", &[1])]).await;
+    let read = apply(&db.pool, &[(odd, fingerprint)]).await;
     assert!(read.is_err(), "{read:?}");
+    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (3, 0));
+}
+
+#[tokio::test]
+async fn a_product_that_moved_since_it_was_read_undoes_the_batch_for_a_retry() {
+    let db = database(&[(PRODUCT, 5)]).await;
+    // Another writer holds the product's row: the batch reads version 0, judges, and its
+    // write waits; the other writer then commits version 1.
+    let mut other = db.pool.begin().await.expect("a transaction");
+    sqlx::query("UPDATE products SET stock = stock + 1, version = version + 1")
+        .execute(&mut *other)
+        .await
+        .expect("the other writer's change");
+    let pool = db.pool.clone();
+    let call = tokio::spawn(async move { apply(&pool, &[request("a", &[PRODUCT], &[1])]).await });
+    wait_for_a_lock_wait(&db.pool).await;
+    other.commit().await.expect("the other writer commits");
+
+    let error = call.await.expect("the call ends").expect_err("undone");
+    assert_eq!(sqlstate(&error).as_deref(), Some("40001"), "{error}");
+    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (6, 1));
+    assert_eq!(
+        recorded(&db.pool).await.0,
+        0,
+        "nothing of the batch was kept"
+    );
 }
 
 #[tokio::test]
 async fn an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry() {
     let db = database(&[(PRODUCT, 5)]).await;
-    // Another writer has inserted "x" and not committed: the call reads no stored "x",
+    // Another writer has inserted "x" and not committed: the batch reads no stored "x",
     // judges it first, and its insert waits for that writer.
+    let (x, x_fingerprint) = request("x", &[PRODUCT], &[1]);
     let mut other = db.pool.begin().await.expect("a transaction");
     sqlx::query(
         "INSERT INTO deductions (deduction_id, fingerprint, items, status, response_status, \
-         response_body) VALUES ('x', 'one', '[]', 'APPLIED', 200, 'applied x')",
+         response_body) VALUES ('x', $1, '[]', 'APPLIED', 200, '{\"deduction_id\":\"x\"}')",
     )
+    .bind(&x_fingerprint)
     .execute(&mut *other)
     .await
     .expect("the other writer's row");
     let pool = db.pool.clone();
-    let call = tokio::spawn(async move {
-        apply(
-            &pool,
-            &[PRODUCT],
-            &[request("y", "one", &[1]), request("x", "one", &[1])],
-        )
-        .await
-    });
+    let batch = [request("y", &[PRODUCT], &[1]), (x, x_fingerprint)];
+    let retry = batch.clone();
+    let call = tokio::spawn(async move { apply(&pool, &batch).await });
+    wait_for_a_lock_wait(&db.pool).await;
+    other.commit().await.expect("the other writer commits");
+
+    let error = call.await.expect("the call ends").expect_err("undone");
+    assert_eq!(sqlstate(&error).as_deref(), Some("40001"), "{error}");
+    assert_eq!(
+        stock_and_version(&db.pool, PRODUCT).await,
+        (5, 0),
+        "nothing of the batch was kept"
+    );
+    assert_eq!(recorded(&db.pool).await.0, 1);
+
+    let verdicts = apply(&db.pool, &retry).await.expect("applied on the retry");
+    assert_eq!(
+        summaries(&verdicts),
+        vec![applied("first", "y"), applied("stored", "x")]
+    );
+    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
+}
+
+/// Waits until the batch's write waits on a lock another transaction holds.
+async fn wait_for_a_lock_wait(pool: &PgPool) {
     eventually(Duration::from_secs(30), || {
-        let pool = db.pool.clone();
+        let pool = pool.clone();
         async move {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%apply_deductions%'",
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO deductions%'",
             )
             .fetch_one(&pool)
             .await
@@ -329,28 +363,14 @@ async fn an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry
         }
     })
     .await;
-    other.commit().await.expect("the other writer commits");
+}
 
-    let error = call.await.expect("the call ends").expect_err("undone");
-    let code = error.as_database_error().and_then(|e| e.code());
-    assert_eq!(code.as_deref(), Some("40001"), "{error}");
-    assert_eq!(
-        stock_and_version(&db.pool, PRODUCT).await,
-        (5, 0),
-        "nothing of the batch was kept"
-    );
-    assert_eq!(recorded(&db.pool).await.0, 1);
-
-    let verdicts = apply(
-        &db.pool,
-        &[PRODUCT],
-        &[request("y", "one", &[1]), request("x", "one", &[1])],
-    )
-    .await
-    .expect("applied on the retry");
-    assert_eq!(
-        verdicts,
-        vec![Verdict::First(applied("y")), Verdict::Stored(applied("x"))]
-    );
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
+fn sqlstate(error: &DeductionError) -> Option<String> {
+    match error {
+        DeductionError::Database(error) => error
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.into_owned()),
+        _ => None,
+    }
 }

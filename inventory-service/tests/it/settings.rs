@@ -30,7 +30,7 @@ async fn a_setting_that_cannot_work_stops_the_start_naming_the_variable() {
 }
 
 #[tokio::test]
-async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
+async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s_and_plan_every_run() {
     let db = TestDatabase::create("inventory_settings", &inventory_service::MIGRATOR).await;
     let config = Config {
         database_urls: vec![db.url.clone()],
@@ -40,5 +40,7 @@ async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
         ..Config::default()
     };
     let state = inventory_service::build_state(config).await.expect("state");
-    assert_eq!(testkit::idle_in_transaction_timeout(&state.db).await, "30s");
+    let setting = |name| testkit::session_setting(&state.db, name);
+    assert_eq!(setting("idle_in_transaction_session_timeout").await, "30s");
+    assert_eq!(setting("plan_cache_mode").await, "force_custom_plan");
 }

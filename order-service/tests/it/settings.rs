@@ -79,10 +79,12 @@ async fn refused_start_with(env: &[(&str, &str)]) -> String {
 }
 
 #[tokio::test]
-async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s() {
+async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s_and_plan_every_run() {
     let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
     let state = order_service::build_state(config_for(&db, &testkit::redis_prefix()))
         .await
         .expect("state");
-    assert_eq!(testkit::idle_in_transaction_timeout(&state.db).await, "30s");
+    let setting = |name| testkit::session_setting(&state.db, name);
+    assert_eq!(setting("idle_in_transaction_session_timeout").await, "30s");
+    assert_eq!(setting("plan_cache_mode").await, "force_custom_plan");
 }

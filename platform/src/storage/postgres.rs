@@ -18,6 +18,14 @@ use primary::Primary;
 /// waits on anything but the database for anywhere near this long.
 pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
 
+/// Every statement planned for the values it runs with. sqlx prepares a statement once per
+/// connection, and PostgreSQL moves a prepared statement to a generic plan after five runs;
+/// made while a table is still small (a fresh database, or one whose statistics were never
+/// gathered), that plan scans the whole table, and goes on scanning it as the table grows:
+/// the lookups by `= ANY($1)` of stored deduction ids and processed message ids would cost
+/// more with every row stored. Planning each run costs tens of microseconds a statement.
+pub const PLAN_CACHE_MODE: &str = "force_custom_plan";
+
 /// Pool sizing and timeouts.
 #[derive(Debug, Clone)]
 pub struct PoolSettings {
@@ -86,10 +94,13 @@ pub async fn connect_and_migrate(
 /// A host's options as the pool's sessions use them.
 fn session_options(host: &PgConnectOptions) -> PgConnectOptions {
     host.clone()
-        .options([(
-            "idle_in_transaction_session_timeout",
-            IDLE_IN_TRANSACTION_TIMEOUT,
-        )])
+        .options([
+            (
+                "idle_in_transaction_session_timeout",
+                IDLE_IN_TRANSACTION_TIMEOUT,
+            ),
+            ("plan_cache_mode", PLAN_CACHE_MODE),
+        ])
         .log_statements(tracing::log::LevelFilter::Trace)
 }
 

@@ -71,10 +71,6 @@ impl Locker {
                 }
                 Err(error) => {
                     if matches!(error, RedisCallError::Failed(_)) {
-                        inner
-                            .counters
-                            .redis_failures
-                            .fetch_add(1, Ordering::Relaxed);
                         // The failed SET may still land (a lost reply, or a hung Redis that
                         // runs it once it wakes up): free that key too.
                         leases.push(lease);

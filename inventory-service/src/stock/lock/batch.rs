@@ -96,12 +96,6 @@ impl Locker {
         let taken = match inner.health.call(try_many(&mut conn, &wanted, ttl)).await {
             Ok(taken) => taken,
             Err(error) => {
-                if matches!(error, RedisCallError::Failed(_)) {
-                    inner
-                        .counters
-                        .redis_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                }
                 // Some SETs may have landed; free every key this try could have set.
                 let mut all = wanted;
                 all.extend(leases.into_iter().flatten().map(|(lease, _)| lease));

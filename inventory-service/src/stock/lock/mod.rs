@@ -1,11 +1,11 @@
 //! Per-product stock locks in Redis.
 //!
 //! The lock keeps contention cheap; it is **not** what keeps stock correct. Correctness comes
-//! from the database: the conditional update of [`super::queries`] (`stock >= $q AND
-//! version = $v`, rows affected checked) for orders' reservations, and the row lock that
-//! `apply_deductions` (the database function of migration 0004) takes before it judges a
-//! deduction. Both hold when a lock expires under a paused holder, when Redis loses its keys,
-//! or when Redis is down and deductions run without locks at all.
+//! from the database: every stock write is a conditional update (`version = $v AND stock +
+//! delta >= 0`, rows changed checked) of what the stock engine decided on the rows as read,
+//! for orders' reservations and direct deductions alike. It holds when a lock expires under a
+//! paused holder, when Redis loses its keys, or when Redis is down and deductions run without
+//! locks at all.
 //!
 //! How a lock works:
 //! - **Queue locally first**: tasks of this process wanting the same product wait in a FIFO
@@ -207,7 +207,13 @@ impl Locker {
         self.take_keys(ids, turns, started, deadline).await
     }
 
+    /// Locks that hold nothing, after `error`; a failed call (not one skipped because Redis
+    /// was known down) is counted.
     fn bypass(&self, error: &RedisCallError) -> Locks {
+        if matches!(error, RedisCallError::Failed(_)) {
+            let failures = &self.inner.counters.redis_failures;
+            failures.fetch_add(1, Ordering::Relaxed);
+        }
         if !self.inner.redis_down.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 %error,

@@ -212,6 +212,9 @@ mod tests {
             if body == "unreadable" {
                 return Err(ConsumeError::Poison("unreadable".into()));
             }
+            if body == "unparsable" {
+                panic!("a parser bug");
+            }
             Ok(body)
         }
 
@@ -290,6 +293,17 @@ mod tests {
         let handler = Strict::default();
         let outcomes = handle(&handler, &messages(&["a", "unreadable", "b"])).await;
         assert_eq!(labels(&outcomes), ["applied", "dead_lettered", "applied"]);
+        assert_eq!(
+            *handler.batches.lock().expect("batches"),
+            [vec!["a".to_owned(), "b".to_owned()]]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_parse_that_panics_fails_its_own_delivery_and_the_rest_go_as_one_batch() {
+        let handler = Strict::default();
+        let outcomes = handle(&handler, &messages(&["a", "unparsable", "b"])).await;
+        assert_eq!(labels(&outcomes), ["applied", "retried", "applied"]);
         assert_eq!(
             *handler.batches.lock().expect("batches"),
             [vec!["a".to_owned(), "b".to_owned()]]

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Compares two release builds on the same workloads, interleaved in one sitting (A, B, A, B,
+# A, B), so that a slow minute of the machine hits both alike. Each run gets fresh databases,
+# a fresh vhost and a fresh Redis prefix, starts both services of its build, runs one k6
+# workload and stops them.
+#
+#   scripts/compare-builds.sh A_DIR B_DIR            # each DIR holds order-service and
+#                                                    # inventory-service (a target/release)
+#   WORKLOADS="direct-deductions" RUNS=5 scripts/compare-builds.sh …
+#
+# Prints one line per run and a table of medians with B/A. Knobs (environment): WORKLOADS
+# (default "create-orders flash-sale direct-deductions"), RUNS (default 3), K6_DURATION
+# (create-orders and direct-deductions, default 20s), VUS (create-orders, default 50), PGHOST/
+# PGPORT/PGUSER, REDIS_URL. Ports 18080/18081 must be free.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ $# -eq 2 ] || { echo "usage: $0 A_DIR B_DIR" >&2; exit 2; }
+A_DIR="$1" B_DIR="$2"
+WORKLOADS="${WORKLOADS:-create-orders flash-sale direct-deductions}"
+RUNS="${RUNS:-3}"
+K6_DURATION="${K6_DURATION:-20s}"
+VUS="${VUS:-50}"
+export PGHOST="${PGHOST:-127.0.0.1}" PGPORT="${PGPORT:-5432}" PGUSER="${PGUSER:-postgres}"
+REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+ADMIN_TOKEN=compare-admin-token
+ORDER_URL=http://127.0.0.1:18080
+INVENTORY_URL=http://127.0.0.1:18081
+export ORDER_URL INVENTORY_URL ADMIN_TOKEN
+
+for tool in k6 jq curl createdb dropdb rabbitmqctl; do
+  command -v "$tool" >/dev/null || { echo "$tool is needed" >&2; exit 1; }
+done
+for dir in "$A_DIR" "$B_DIR"; do
+  for bin in order-service inventory-service; do
+    [ -x "$dir/$bin" ] || { echo "$dir/$bin is not an executable" >&2; exit 1; }
+  done
+done
+
+OUT="k6/results/compare-$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$OUT"
+PIDS=()
+RUN_ID=""
+
+stop_run() {
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+  if [ -n "$RUN_ID" ]; then
+    dropdb --if-exists --force "cmp_orders_$RUN_ID" 2>/dev/null || true
+    dropdb --if-exists --force "cmp_stock_$RUN_ID" 2>/dev/null || true
+    rabbitmqctl -q delete_vhost "cmp_$RUN_ID" >/dev/null 2>&1 || true
+    RUN_ID=""
+  fi
+}
+trap stop_run EXIT
+
+wait_ready() { # url
+  for _ in $(seq 1 240); do
+    curl -fs -o /dev/null --max-time 2 "$1/readyz" && return 0
+    sleep 0.5
+  done
+  echo "not ready: $1" >&2
+  return 1
+}
+
+start_build() { # dir, label
+  RUN_ID="$2_$$_$RANDOM"
+  rabbitmqctl -q add_vhost "cmp_$RUN_ID" >/dev/null
+  rabbitmqctl -q set_permissions -p "cmp_$RUN_ID" guest '.*' '.*' '.*' >/dev/null
+  local amqp="amqp://guest:guest@127.0.0.1:5672/cmp_$RUN_ID"
+  local common=(ADMIN_TOKEN="$ADMIN_TOKEN" REDIS_URL="$REDIS_URL" REDIS_KEY_PREFIX="cmp:$RUN_ID:"
+    AMQP_URL="$amqp" RUST_LOG=warn NO_COLOR=1)
+  env "${common[@]}" HTTP_ADDR=127.0.0.1:18081 \
+    DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/cmp_stock_$RUN_ID" \
+    "$1/inventory-service" >"$OUT/$RUN_ID-inventory.log" 2>&1 &
+  PIDS+=($!)
+  env "${common[@]}" HTTP_ADDR=127.0.0.1:18080 INVENTORY_URL="$INVENTORY_URL" \
+    DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/cmp_orders_$RUN_ID" \
+    "$1/order-service" >"$OUT/$RUN_ID-order.log" 2>&1 &
+  PIDS+=($!)
+  wait_ready "$INVENTORY_URL" && wait_ready "$ORDER_URL"
+}
+
+# The figure each workload is compared on (higher is better for all but flash-sale).
+figure() { # workload, summary file
+  case "$1" in
+    create-orders) jq -r '.report.orders_per_s' "$2" ;;
+    flash-sale) jq -r '.report.time_until_all_terminal_s' "$2" ;;
+    direct-deductions) jq -r '.report.deductions_per_s' "$2" ;;
+  esac
+}
+
+run_one() { # workload, dir, label
+  start_build "$2" "$3"
+  local summary="$OUT/$RUN_ID-$1.json"
+  local knobs=(DURATION="$K6_DURATION")
+  [ "$1" = create-orders ] && knobs+=(VUS="$VUS")
+  env SUMMARY_FILE="$summary" "${knobs[@]}" k6 run -q "k6/$1.js" >"$OUT/$RUN_ID-$1.txt" 2>&1 || true
+  local value
+  value="$(figure "$1" "$summary" 2>/dev/null || echo n/a)"
+  if [ "$1" = flash-sale ]; then
+    local invariants
+    invariants="$(jq -r '.report.invariants' "$summary" 2>/dev/null || echo n/a)"
+    echo "$1 $3 $value (invariants: $invariants)" >&2
+  else
+    echo "$1 $3 $value" >&2
+  fi
+  echo "$1 $3 $value" >>"$OUT/runs.txt"
+  stop_run
+}
+
+for workload in $WORKLOADS; do
+  for _ in $(seq 1 "$RUNS"); do
+    run_one "$workload" "$A_DIR" A
+    run_one "$workload" "$B_DIR" B
+  done
+done
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+echo
+echo "| workload | A (runs) | B (runs) | median A | median B | B/A |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for workload in $WORKLOADS; do
+  a_runs="$(awk -v w="$workload" '$1 == w && $2 == "A" { print $3 }' "$OUT/runs.txt")"
+  b_runs="$(awk -v w="$workload" '$1 == w && $2 == "B" { print $3 }' "$OUT/runs.txt")"
+  a_med="$(echo "$a_runs" | median)"
+  b_med="$(echo "$b_runs" | median)"
+  ratio="$(awk -v a="$a_med" -v b="$b_med" 'BEGIN { if (a + 0 > 0) printf "%.2f", b / a; else print "n/a" }')"
+  echo "| $workload | $(echo "$a_runs" | paste -sd/ -) | $(echo "$b_runs" | paste -sd/ -) | $a_med | $b_med | $ratio |"
+done
+echo
+echo "(flash-sale: seconds until all 2,000 orders are terminal, lower is better; results in $OUT)"
