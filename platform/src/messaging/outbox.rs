@@ -149,31 +149,43 @@ async fn sweep_old_rows(
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> sqlx::Result<()> {
     let (keep, batch) = (retention.keep.as_secs_f64(), retention.batch);
-    // Each table in turn, a batch per statement until one deletes less than a batch.
-    let full = |deleted: u64| deleted >= batch as u64;
-    while !shutdown.is_cancelled() {
-        let deleted = sqlx::query!(
+    // Each table in turn.
+    delete_in_batches(batch, shutdown, || {
+        sqlx::query!(
             "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE status = 'sent'
              AND sent_at < now() - make_interval(secs => $1) LIMIT $2)",
             keep,
             batch,
         )
         .execute(db)
-        .await?;
-        if !full(deleted.rows_affected()) {
-            break;
-        }
-    }
-    while !shutdown.is_cancelled() {
-        let deleted = sqlx::query!(
+    })
+    .await?;
+    delete_in_batches(batch, shutdown, || {
+        sqlx::query!(
             "DELETE FROM processed_messages WHERE message_id IN (SELECT message_id FROM processed_messages
              WHERE processed_at < now() - make_interval(secs => $1) LIMIT $2)",
             keep,
             batch,
         )
         .execute(db)
-        .await?;
-        if !full(deleted.rows_affected()) {
+    })
+    .await?;
+    Ok(())
+}
+
+/// Runs `delete`, a statement that deletes at most `batch` rows, until one deletes less than
+/// a batch or `shutdown` fires.
+async fn delete_in_batches<F, Deleted>(
+    batch: i64,
+    shutdown: &tokio_util::sync::CancellationToken,
+    mut delete: F,
+) -> sqlx::Result<()>
+where
+    F: FnMut() -> Deleted,
+    Deleted: Future<Output = sqlx::Result<sqlx::postgres::PgQueryResult>>,
+{
+    while !shutdown.is_cancelled() {
+        if delete().await?.rows_affected() < batch as u64 {
             break;
         }
     }
