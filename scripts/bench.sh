@@ -25,6 +25,9 @@ cd "$(dirname "$0")/.."
 BENCH_SECS="${BENCH_SECS:-20}"
 BENCH_CLIENTS="${BENCH_CLIENTS:-50}"
 K6_DURATION="${K6_DURATION:-30s}"
+# k6 itself reads K6_DURATION from the environment and then drops the scripts' scenarios (one
+# VU for that long): pass it on as the scripts' own DURATION only.
+export -n K6_DURATION
 export PGHOST="${PGHOST:-127.0.0.1}" PGPORT="${PGPORT:-5432}" PGUSER="${PGUSER:-postgres}"
 export ORDER_URL="${ORDER_URL:-http://127.0.0.1:8080}"
 export INVENTORY_URL="${INVENTORY_URL:-http://127.0.0.1:8081}"

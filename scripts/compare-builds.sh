@@ -20,6 +20,9 @@ A_DIR="$1" B_DIR="$2"
 WORKLOADS="${WORKLOADS:-create-orders flash-sale direct-deductions}"
 RUNS="${RUNS:-3}"
 K6_DURATION="${K6_DURATION:-20s}"
+# k6 itself reads K6_DURATION from the environment and then drops the scripts' scenarios (one
+# VU for that long): pass it on as the scripts' own DURATION only.
+export -n K6_DURATION
 VUS="${VUS:-50}"
 export PGHOST="${PGHOST:-127.0.0.1}" PGPORT="${PGPORT:-5432}" PGUSER="${PGUSER:-postgres}"
 REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"

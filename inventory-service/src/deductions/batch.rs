@@ -15,10 +15,19 @@
 //! durably (`synchronous_commit` stays on), and only then is anyone answered. A batch of
 //! replays only reads.
 //!
+//! The steady state of a hot product costs one round trip: a leader remembers the stock its
+//! last batch left ([`Remembered`]), and its next batch of the same products is judged against
+//! that and goes straight to the write, which also checks that every product still has the
+//! remembered version. When one does not (another process, a restock, a reservation), or when
+//! an id of the batch was stored before it (a replay: the memory knows no stored ids), the
+//! write fails having written nothing, and the batch reads and is judged again at once, under
+//! the same locks.
+//!
 //! The Redis lock keeps batches of several processes from judging the same stock at once, so
 //! that misses stay rare; it is not what keeps stock correct. A lock lost during the attempt
 //! cannot make it write on a stale read: the version check refuses it.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use anyhow::anyhow;
@@ -36,6 +45,7 @@ use crate::metrics;
 use crate::replay::StoredResponse;
 use crate::stock::engine::{Ledger, Refusal};
 use crate::stock::lock::{Locker, Locks};
+use crate::stock::queries::StockRow;
 
 type Answer = Result<StoredResponse, DeductionError>;
 
@@ -59,13 +69,29 @@ pub enum Verdict {
     Reused,
 }
 
-/// Applies `batch` (every request for the same products) and answers each request.
+/// The stock of a batch's products as the previous batch of the same leader left them, with
+/// the versions its write gave them. A batch judged against it skips the read; its write
+/// checks that every product still has that version, so a stale memory costs a read, never
+/// a wrong answer.
+pub type Remembered = Vec<(ProductId, StockRow)>;
+
+/// What one attempt decided, and the stock it left for the next batch to remember.
+#[derive(Debug)]
+pub struct Attempted {
+    pub verdicts: Vec<Verdict>,
+    /// `None` when a product of the batch does not exist (a batch then always reads).
+    pub left: Option<Remembered>,
+}
+
+/// Applies `batch` (every request for the same products) and answers each request; also
+/// returns the stock it left, for the next batch of the same products to start from.
 pub(super) async fn run(
     db: &PgPool,
     locker: &Locker,
     counters: &Counters,
     batch: &[Waiter],
-) -> Vec<Answer> {
+    mut remembered: Option<Remembered>,
+) -> (Vec<Answer>, Option<Remembered>) {
     let entries: Vec<Entry<'_>> = batch
         .iter()
         .map(|w| Entry {
@@ -76,20 +102,20 @@ pub(super) async fn run(
     let products = products_of(&entries);
     let mut retry = Retry::new(locker.options().wait);
     loop {
-        match attempt(db, locker, &products, &entries).await {
+        match attempt(db, locker, &products, &entries, remembered.take()).await {
             Err(error) if error.is_retryable() && retry.pause().await => {
                 if matches!(error, AttemptError::Refused(DeductionError::Database(_))) {
                     metrics::version_conflict();
                 }
                 tracing::debug!(%error, size = batch.len(), "retrying a batch of deductions");
             }
-            Ok(verdicts) => {
+            Ok(Attempted { verdicts, left }) => {
                 if verdicts.iter().any(|v| matches!(v, Verdict::First(_))) {
                     counters.commits.fetch_add(1, Ordering::Relaxed);
                 }
-                return verdicts.into_iter().map(answer).collect();
+                return (verdicts.into_iter().map(answer).collect(), left);
             }
-            Err(error) => return failed(error.into(), batch.len()),
+            Err(error) => return (failed(error.into(), batch.len()), None),
         }
     }
 }
@@ -107,9 +133,10 @@ async fn attempt(
     locker: &Locker,
     products: &[ProductId],
     entries: &[Entry<'_>],
-) -> Result<Vec<Verdict>, AttemptError> {
+    remembered: Option<Remembered>,
+) -> Result<Attempted, AttemptError> {
     let locks = locker.acquire_all(products).await?;
-    let result = apply_under(&locks, db, entries).await;
+    let result = apply_under(&locks, db, entries, remembered).await;
     locks.release().await;
     result
 }
@@ -118,11 +145,24 @@ async fn apply_under(
     locks: &Locks,
     db: &PgPool,
     entries: &[Entry<'_>],
-) -> Result<Vec<Verdict>, AttemptError> {
+    remembered: Option<Remembered>,
+) -> Result<Attempted, AttemptError> {
     // A lock that expired while its holder was paused: give it up before writing anything.
     locks.ensure_held()?;
     let mut conn = db.acquire().await?;
-    Ok(apply_once(&mut conn, entries).await?)
+    if remembered.is_some() {
+        match apply_on(&mut conn, entries, remembered).await {
+            // The memory was stale (another writer, a restock), or an id of the batch was
+            // stored before it: nothing was written; read, still under the same locks.
+            Err(DeductionError::Database(error))
+                if platform::messaging::consumer::is_database_contention(&error) =>
+            {
+                tracing::debug!(%error, "the remembered stock was stale; reading it");
+            }
+            done => return Ok(done?),
+        }
+    }
+    Ok(apply_on(&mut conn, entries, None).await?)
 }
 
 /// One attempt at a batch on `conn`, without lock or retry: reads, judges every request in
@@ -132,6 +172,18 @@ pub async fn apply_once(
     conn: &mut PgConnection,
     entries: &[Entry<'_>],
 ) -> Result<Vec<Verdict>, DeductionError> {
+    Ok(apply_on(conn, entries, None).await?.verdicts)
+}
+
+/// [`apply_once`], judged against `remembered` instead of a read when given: one statement,
+/// the write, which fails with a serialization failure (writing nothing) when a product no
+/// longer has the remembered version or an id of the batch was stored before it (the memory
+/// knows no stored ids).
+pub async fn apply_on(
+    conn: &mut PgConnection,
+    entries: &[Entry<'_>],
+    remembered: Option<Remembered>,
+) -> Result<Attempted, DeductionError> {
     let products = products_of(entries);
     if entries
         .iter()
@@ -140,7 +192,17 @@ pub async fn apply_once(
         return Err(anyhow!("a deduction joined a batch for other products").into());
     }
     let ids: Vec<&str> = entries.iter().map(|e| e.request.id.as_str()).collect();
-    let read = queries::read(conn, &products, &ids).await?;
+    // Judged against the memory, the write checks every product still has its version.
+    let (read, judged_at) = match remembered {
+        Some(rows) => (
+            queries::Read {
+                stock: rows.clone(),
+                stored: HashMap::new(),
+            },
+            rows,
+        ),
+        None => (queries::read(conn, &products, &ids).await?, Vec::new()),
+    };
     let mut stock = Ledger::new(read.stock);
     let candidates: Vec<Candidate<'_>> = entries
         .iter()
@@ -179,9 +241,12 @@ pub async fn apply_once(
         })
         .collect();
     if !new.is_empty() {
-        queries::record(conn, &stock.changes(), &new).await?;
+        queries::record(conn, &judged_at, &stock.changes(), &new).await?;
     }
-    Ok(verdicts)
+    Ok(Attempted {
+        verdicts,
+        left: stock.after_write(&products),
+    })
 }
 
 /// What a first request's answer is, as its row keeps it.

@@ -1,7 +1,8 @@
 //! The `deductions` table (the first outcome of every deduction id, kept for replays) and the
 //! two statements a batch of deductions costs: [`read`], the stock of its products with the
 //! stored outcomes of its ids, and [`record`], the stock change with the new outcomes, all or
-//! nothing. Each is sent on a connection outside a transaction, so each is its own
+//! nothing. A batch that follows another of the same products skips the read (see
+//! `super::batch`): one statement then. Each is sent on a connection outside a transaction, so each is its own
 //! transaction: when [`record`] returns, the batch is committed (and, with
 //! `synchronous_commit` on, durable).
 //!
@@ -157,14 +158,18 @@ pub struct NewDeduction<'a> {
 }
 
 /// Writes `changes` (every one with the version it was read at) and `deductions` in one
-/// statement: all of it, or, when a product moved since it was read or another writer
-/// recorded one of these ids meanwhile, nothing, with a serialization failure (40001) that
-/// the caller retries (the next read then replays the id).
+/// statement: all of it, or, when a product moved since it was read, a product of `judged`
+/// no longer has the version the batch was judged at, or another writer recorded one of these
+/// ids meanwhile, nothing, with a serialization failure (40001) that the caller retries (the
+/// next read then replays the id).
 pub async fn record(
     conn: &mut PgConnection,
+    judged: &[(ProductId, StockRow)],
     changes: &[Change],
     deductions: &[NewDeduction<'_>],
 ) -> sqlx::Result<()> {
+    let judged_ids: Vec<i64> = judged.iter().map(|(id, _)| id.0).collect();
+    let judged_versions: Vec<i64> = judged.iter().map(|(_, row)| row.version).collect();
     let ids: Vec<i64> = changes.iter().map(|c| c.product_id.0).collect();
     let deltas: Vec<i64> = changes.iter().map(|c| c.delta).collect();
     let versions: Vec<Option<i64>> = changes.iter().map(|c| c.version).collect();
@@ -187,7 +192,8 @@ pub async fn record(
         .iter()
         .map(|d| d.outcome.response_body.as_slice())
         .collect();
-    // Data-modifying CTEs all run to completion before the final SELECT counts what they did;
+    // Data-modifying CTEs all run to completion before the final SELECT counts what they did
+    // (the SELECT sees the statement's snapshot, from before the CTEs' own changes);
     // a count short of what was decided raises, which undoes the whole statement. The update
     // takes its rows in ascending product id, as every stock write does, so two writers never
     // wait on each other in a cycle; an insert of an id another writer is inserting waits for
@@ -211,6 +217,11 @@ pub async fn record(
                RETURNING 1
            )
            SELECT CASE
+               WHEN (SELECT count(*) FROM products AS p
+                       JOIN unnest($11::bigint[], $12::bigint[]) AS j (product_id, version)
+                         ON p.product_id = j.product_id AND p.version = j.version)
+                    <> cardinality($11::bigint[])
+                   THEN serialization_failure('a product moved since the batch was judged')
                WHEN (SELECT count(*) FROM changed) <> cardinality($1::bigint[])
                    THEN serialization_failure('a product''s stock moved since it was read')
                WHEN (SELECT count(*) FROM recorded) <> cardinality($4::text[])
@@ -227,6 +238,8 @@ pub async fn record(
         &reasons as &[Option<&str>],
         &codes,
         &bodies as &[&[u8]],
+        &judged_ids,
+        &judged_versions,
     )
     .fetch_one(conn)
     .await

@@ -120,6 +120,24 @@ impl Ledger {
         changes.sort_by_key(|change| change.product_id);
         changes
     }
+
+    /// The stock as the batch leaves it once its [`Ledger::changes`] are written: each product
+    /// read, with its stock left and the version the write gives it. `None` when the batch did
+    /// not read every product of `products` (one is unknown): then there is nothing to trust.
+    pub fn after_write(&self, products: &[ProductId]) -> Option<Vec<(ProductId, StockRow)>> {
+        products
+            .iter()
+            .map(|id| {
+                let entry = self.read.get(id)?;
+                let changed = entry.left != entry.row.stock;
+                let row = StockRow {
+                    stock: entry.left,
+                    version: entry.row.version + i64::from(changed),
+                };
+                Some((*id, row))
+            })
+            .collect()
+    }
 }
 
 fn per_product(items: &[LineItem]) -> BTreeMap<ProductId, i64> {
@@ -230,5 +248,32 @@ mod tests {
             changes,
             vec![(3, 1, None), (7, -2, Some(70)), (8, -2, Some(80))]
         );
+    }
+
+    #[test]
+    fn after_a_write_each_product_has_its_stock_left_and_changed_ones_a_new_version() {
+        let mut stock = ledger(&[(7, 5), (8, 5)]);
+        stock.take(&[item(7, 2)]).expect("taken");
+        let after = stock.after_write(&[ProductId(7), ProductId(8)]);
+        assert_eq!(
+            after,
+            Some(vec![
+                (
+                    ProductId(7),
+                    StockRow {
+                        stock: 3,
+                        version: 71
+                    }
+                ),
+                (
+                    ProductId(8),
+                    StockRow {
+                        stock: 5,
+                        version: 80
+                    }
+                ),
+            ])
+        );
+        assert_eq!(stock.after_write(&[ProductId(7), ProductId(9)]), None);
     }
 }

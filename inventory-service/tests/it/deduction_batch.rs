@@ -10,7 +10,9 @@ use inventory_service::deductions::queries::StoredDeduction;
 use inventory_service::deductions::request::{
     DeductionId, DeductionRequest, DeductionStatus, Items,
 };
+use inventory_service::stock::queries::StockRow;
 use shared::events::RejectionReason;
+use shared::ids::ProductId;
 use sqlx::PgPool;
 use testkit::{TestDatabase, eventually};
 
@@ -373,4 +375,106 @@ fn sqlstate(error: &DeductionError) -> Option<String> {
             .map(|c| c.into_owned()),
         _ => None,
     }
+}
+
+/// A batch judged against the stock the previous batch left, without reading it.
+async fn apply_remembered(
+    pool: &PgPool,
+    requests: &[(DeductionRequest, String)],
+    remembered: &[(i64, i64, i64)],
+) -> Result<batch::Attempted, DeductionError> {
+    let entries: Vec<Entry<'_>> = requests
+        .iter()
+        .map(|(request, fingerprint)| Entry {
+            request,
+            fingerprint,
+        })
+        .collect();
+    let rows = remembered
+        .iter()
+        .map(|&(id, stock, version)| (ProductId(id), StockRow { stock, version }))
+        .collect();
+    let mut conn = pool.acquire().await.expect("a connection");
+    batch::apply_on(&mut conn, &entries, Some(rows)).await
+}
+
+#[tokio::test]
+async fn a_batch_judged_against_the_remembered_stock_writes_and_remembers_what_it_left() {
+    let db = database(&[(PRODUCT, 5)]).await;
+    let p = &[PRODUCT];
+    let first = apply_remembered(&db.pool, &[request("a", p, &[2])], &[(PRODUCT, 5, 0)])
+        .await
+        .expect("applied");
+    assert_eq!(summaries(&first.verdicts), vec![applied("first", "a")]);
+    let left = first.left.expect("every product known");
+    assert_eq!(
+        left,
+        vec![(
+            ProductId(PRODUCT),
+            StockRow {
+                stock: 3,
+                version: 1
+            }
+        )]
+    );
+    let remembered: Vec<(i64, i64, i64)> = left
+        .iter()
+        .map(|(id, row)| (id.0, row.stock, row.version))
+        .collect();
+    let second = apply_remembered(
+        &db.pool,
+        &[request("b", p, &[3]), request("c", p, &[1])],
+        &remembered,
+    )
+    .await
+    .expect("applied");
+    assert_eq!(
+        summaries(&second.verdicts),
+        vec![applied("first", "b"), refused(SHORT, PRODUCT)]
+    );
+    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (0, 2));
+    assert_eq!(recorded(&db.pool).await, (3, 2));
+}
+
+#[tokio::test]
+async fn a_remembered_stock_that_moved_writes_nothing_not_even_a_refusal() {
+    let db = database(&[(PRODUCT, 0)]).await;
+    // Remembered empty at version 0; a restock has since added 10 (version 1). Judged against
+    // the memory, "a" would be refused: the write must not record that refusal.
+    sqlx::query("UPDATE products SET stock = 10, version = 1")
+        .execute(&db.pool)
+        .await
+        .expect("a restock");
+    let error = apply_remembered(
+        &db.pool,
+        &[request("a", &[PRODUCT], &[1])],
+        &[(PRODUCT, 0, 0)],
+    )
+    .await
+    .expect_err("stale");
+    assert_eq!(sqlstate(&error).as_deref(), Some("40001"), "{error}");
+    assert_eq!(recorded(&db.pool).await.0, 0);
+    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (10, 1));
+}
+
+#[tokio::test]
+async fn a_stored_id_in_a_remembered_batch_writes_nothing_and_the_read_replays_it() {
+    let db = database(&[(PRODUCT, 5)]).await;
+    let x = request("x", &[PRODUCT], &[1]);
+    apply(&db.pool, std::slice::from_ref(&x))
+        .await
+        .expect("applied");
+    let batch = [request("y", &[PRODUCT], &[1]), x];
+    let error = apply_remembered(&db.pool, &batch, &[(PRODUCT, 4, 1)])
+        .await
+        .expect_err("the memory knows no stored ids");
+    assert_eq!(sqlstate(&error).as_deref(), Some("40001"), "{error}");
+    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
+
+    let verdicts = apply(&db.pool, &batch).await.expect("read and applied");
+    assert_eq!(
+        summaries(&verdicts),
+        vec![applied("first", "y"), applied("stored", "x")]
+    );
+    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (3, 2));
 }
