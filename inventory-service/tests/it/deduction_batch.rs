@@ -54,17 +54,21 @@ fn request(id: &str, products: &[i64], quantities: &[i64]) -> (DeductionRequest,
     (request, fingerprint)
 }
 
-async fn apply(
-    pool: &PgPool,
-    requests: &[(DeductionRequest, String)],
-) -> Result<Vec<Verdict>, DeductionError> {
-    let entries: Vec<Entry<'_>> = requests
+fn entries(requests: &[(DeductionRequest, String)]) -> Vec<Entry<'_>> {
+    requests
         .iter()
         .map(|(request, fingerprint)| Entry {
             request,
             fingerprint,
         })
-        .collect();
+        .collect()
+}
+
+async fn apply(
+    pool: &PgPool,
+    requests: &[(DeductionRequest, String)],
+) -> Result<Vec<Verdict>, DeductionError> {
+    let entries = entries(requests);
     let mut conn = pool.acquire().await.expect("a connection");
     batch::apply_once(&mut conn, &entries).await
 }
@@ -383,13 +387,7 @@ async fn apply_remembered(
     requests: &[(DeductionRequest, String)],
     remembered: &[(i64, i64, i64)],
 ) -> Result<batch::Attempted, DeductionError> {
-    let entries: Vec<Entry<'_>> = requests
-        .iter()
-        .map(|(request, fingerprint)| Entry {
-            request,
-            fingerprint,
-        })
-        .collect();
+    let entries = entries(requests);
     let rows = remembered
         .iter()
         .map(|&(id, stock, version)| (ProductId(id), StockRow { stock, version }))

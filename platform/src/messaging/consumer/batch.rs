@@ -195,7 +195,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::messaging::consumer::Handled;
+    use crate::messaging::consumer::{Handled, result_label};
 
     /// Fails a batch as a whole the way a real handler's transaction does: one bad message
     /// takes every message of its batch down with it.
@@ -209,13 +209,11 @@ mod tests {
 
         fn parse(&self, message: &Message) -> Result<String, ConsumeError> {
             let body = String::from_utf8(message.body.clone()).expect("text");
-            if body == "unreadable" {
-                return Err(ConsumeError::Poison("unreadable".into()));
+            match body.as_str() {
+                "unreadable" => Err(ConsumeError::Poison("unreadable".into())),
+                "unparsable" => panic!("a parser bug"),
+                _ => Ok(body),
             }
-            if body == "unparsable" {
-                panic!("a parser bug");
-            }
-            Ok(body)
         }
 
         async fn apply_batch(&self, works: &[String]) -> Result<Vec<Outcome>, ConsumeError> {
@@ -253,10 +251,7 @@ mod tests {
     }
 
     fn labels(outcomes: &[Outcome]) -> Vec<&'static str> {
-        outcomes
-            .iter()
-            .map(crate::messaging::consumer::result_label)
-            .collect()
+        outcomes.iter().map(result_label).collect()
     }
 
     #[tokio::test]
@@ -289,24 +284,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_unreadable_message_is_poison_on_its_own_and_the_rest_go_as_one_batch() {
-        let handler = Strict::default();
-        let outcomes = handle(&handler, &messages(&["a", "unreadable", "b"])).await;
-        assert_eq!(labels(&outcomes), ["applied", "dead_lettered", "applied"]);
-        assert_eq!(
-            *handler.batches.lock().expect("batches"),
-            [vec!["a".to_owned(), "b".to_owned()]]
-        );
-    }
-
-    #[tokio::test]
-    async fn a_parse_that_panics_fails_its_own_delivery_and_the_rest_go_as_one_batch() {
-        let handler = Strict::default();
-        let outcomes = handle(&handler, &messages(&["a", "unparsable", "b"])).await;
-        assert_eq!(labels(&outcomes), ["applied", "retried", "applied"]);
-        assert_eq!(
-            *handler.batches.lock().expect("batches"),
-            [vec!["a".to_owned(), "b".to_owned()]]
-        );
+    async fn a_message_that_cannot_be_read_fails_alone_and_the_rest_go_as_one_batch() {
+        for (bad, label) in [("unreadable", "dead_lettered"), ("unparsable", "retried")] {
+            let handler = Strict::default();
+            let outcomes = handle(&handler, &messages(&["a", bad, "b"])).await;
+            assert_eq!(labels(&outcomes), ["applied", label, "applied"], "{bad}");
+            assert_eq!(
+                *handler.batches.lock().expect("batches"),
+                [vec!["a".to_owned(), "b".to_owned()]]
+            );
+        }
     }
 }
