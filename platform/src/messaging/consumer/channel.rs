@@ -1,6 +1,6 @@
-//! One channel's loop: take what is buffered as a batch (waiting a moment for more while
-//! busy), hand it to the one policy of [`super::batch`], settle each delivery by its outcome,
-//! and keep contended ones in process for the next batch.
+//! One channel: its subscription, and its loop: take what is buffered as a batch (waiting a
+//! moment for more while busy), hand it to the one policy of [`super::batch`], settle each
+//! delivery by its outcome, and keep contended ones in process for the next batch.
 
 use std::time::Duration;
 
@@ -19,39 +19,51 @@ use crate::retry::backoff;
 const CONTENTION_BASE: Duration = Duration::from_millis(2);
 const CONTENTION_CAP: Duration = Duration::from_millis(100);
 
-/// One channel's loop, until its subscription ends or `shutdown`; `false` when it could not
-/// subscribe.
-pub(super) async fn consume<H: Handler>(
+/// Why a channel's loop returned.
+#[derive(Debug)]
+pub(super) enum Ended {
+    /// `shutdown` came: the subscription was cancelled and the channel closed.
+    Shutdown,
+    /// The subscription ended under the loop: the broker closed the channel or cancelled
+    /// its consumer, or the connection died. The error the stream reported last, if any.
+    Lost(Option<lapin::Error>),
+}
+
+/// Opens channel `n` on `conn` with the consumer's QoS and subscribes it to the queue.
+pub(super) async fn subscribe(
     conn: &lapin::Connection,
+    n: usize,
+    settings: &ConsumerSettings,
+) -> lapin::Result<(lapin::Channel, lapin::Consumer)> {
+    let channel = conn.create_channel().await?;
+    channel
+        .basic_qos(settings.prefetch, BasicQosOptions::default())
+        .await?;
+    let consumer = channel
+        .basic_consume(
+            settings.queue.into(),
+            tag(settings, n).as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok((channel, consumer))
+}
+
+/// Channel `n`'s consumer tag: the consumer's own, numbered.
+fn tag(settings: &ConsumerSettings, n: usize) -> String {
+    format!("{}-{n}", settings.consumer_tag)
+}
+
+/// One subscribed channel's loop, until its subscription ends or `shutdown`.
+pub(super) async fn consume<H: Handler>(
+    (channel, consumer): (lapin::Channel, lapin::Consumer),
     n: usize,
     settings: &ConsumerSettings,
     handler: &H,
     db: &PgPool,
     shutdown: &CancellationToken,
-) -> bool {
-    let tag = format!("{}-{n}", settings.consumer_tag);
-    let subscription = async {
-        let channel = conn.create_channel().await?;
-        channel
-            .basic_qos(settings.prefetch, BasicQosOptions::default())
-            .await?;
-        let consumer = channel
-            .basic_consume(
-                settings.queue.into(),
-                tag.as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        Ok::<_, lapin::Error>((channel, consumer))
-    };
-    let (channel, consumer) = match subscription.await {
-        Ok(pair) => pair,
-        Err(error) => {
-            tracing::warn!(%error, queue = settings.queue, "cannot subscribe; retrying");
-            return false;
-        }
-    };
+) -> Ended {
     tracing::info!(queue = settings.queue, channel = n, "consuming");
     let stop = shutdown.clone();
     let mut deliveries = std::pin::pin!(consumer.take_until(stop.cancelled_owned()));
@@ -61,6 +73,7 @@ pub(super) async fn consume<H: Handler>(
     let mut contended_rounds = 0;
     let mut ended = false;
     let mut previous_start = None;
+    let mut last_error = None;
     while !ended {
         let mut batch = std::mem::take(&mut kept);
         let first = if batch.is_empty() {
@@ -74,7 +87,10 @@ pub(super) async fn consume<H: Handler>(
         };
         match first {
             Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
-            Some(Some(Err(error))) => tracing::warn!(%error, "consumer stream error"),
+            Some(Some(Err(error))) => {
+                tracing::warn!(%error, "consumer stream error");
+                last_error = Some(error);
+            }
             Some(None) if batch.is_empty() => break,
             Some(None) => ended = true,
             None => {}
@@ -91,7 +107,10 @@ pub(super) async fn consume<H: Handler>(
         while !ended && batch.len() < limit {
             match deliveries.next().now_or_never() {
                 Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
-                Some(Some(Err(error))) => tracing::warn!(%error, "consumer stream error"),
+                Some(Some(Err(error))) => {
+                    tracing::warn!(%error, "consumer stream error");
+                    last_error = Some(error);
+                }
                 Some(None) => {
                     ended = true;
                     break;
@@ -116,10 +135,19 @@ pub(super) async fn consume<H: Handler>(
     drop(kept);
     if shutdown.is_cancelled() {
         channel
-            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+            .basic_cancel(
+                tag(settings, n).as_str().into(),
+                BasicCancelOptions::default(),
+            )
             .await
             .ok();
         channel.close(200, "shutting down".into()).await.ok();
+        return Ended::Shutdown;
     }
-    true
+    // A consumer the broker cancelled leaves its channel open, holding what it was sent: close
+    // it, so those deliveries go back to the queue before a new channel takes over.
+    if channel.status().connected() {
+        channel.close(200, "resubscribing".into()).await.ok();
+    }
+    Ended::Lost(last_error)
 }

@@ -1,10 +1,13 @@
 //! The consumer loop shared by both services: deliveries are handled in batches.
 //!
-//! - Subscribes to its queue on every (re)connection with `concurrency` channels, each with
-//!   its own prefetch window and its own loop: a loop takes the deliveries already buffered
-//!   (at least one, at most the prefetch; while busy it first waits a moment for more, see
-//!   [`crate::messaging::linger`]), hands them to the handler as one batch, and settles each by its own
-//!   outcome ([`settle`]).
+//! - Subscribes to its queue with `concurrency` channels, each with its own prefetch window
+//!   and its own loop: a loop takes the deliveries already buffered (at least one, at most
+//!   the prefetch; while busy it first waits a moment for more, see
+//!   [`crate::messaging::linger`]), hands them to the handler as one batch, and settles each
+//!   by its own outcome ([`settle`]).
+//! - Each channel is kept subscribed on its own ([`resubscribe`]): one the broker closes (or
+//!   whose consumer it cancels) is replaced within a backoff of 100 ms to 5 s while the others
+//!   run; after a lost connection every channel comes back on the next one.
 //! - Acks only after the handler's transaction committed (the handler returns after commit),
 //!   contiguous successes with one `basic_ack(multiple)`.
 //! - A message the handler cannot parse is rejected without requeue: the queue dead-letters
@@ -24,10 +27,10 @@
 
 mod batch;
 mod channel;
+mod resubscribe;
 mod settle;
 
 use std::future::Future;
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use sqlx::PgPool;
@@ -40,6 +43,8 @@ use crate::telemetry::TraceContext;
 pub use batch::{Received, handle};
 
 pub const MESSAGES_CONSUMED_TOTAL: &str = "messages_consumed_total";
+/// Consumer channels subscribed again after theirs ended while the service ran.
+pub const CONSUMER_CHANNELS_REPLACED_TOTAL: &str = "consumer_channels_replaced_total";
 
 /// Every `result` label of [`MESSAGES_CONSUMED_TOTAL`].
 const RESULTS: [&str; 5] = [
@@ -50,7 +55,7 @@ const RESULTS: [&str; 5] = [
     "contended",
 ];
 
-/// Describes the consumer's metric and exposes every `result` at zero.
+/// Describes the consumer's metrics and exposes them (every `result`) at zero.
 pub fn register_metrics() {
     crate::telemetry::metrics::handle();
     metrics::describe_counter!(
@@ -59,6 +64,12 @@ pub fn register_metrics() {
          contended (kept in process and tried again with the next batch)"
     );
     crate::telemetry::metrics::zero_counter(MESSAGES_CONSUMED_TOTAL, "result", &RESULTS);
+    metrics::describe_counter!(
+        CONSUMER_CHANNELS_REPLACED_TOTAL,
+        "Consumer channels subscribed again after theirs ended (closed by the broker, consumer \
+         cancelled, connection lost) while the service ran"
+    );
+    crate::telemetry::metrics::zero_counter(CONSUMER_CHANNELS_REPLACED_TOTAL, "", &[]);
 }
 
 /// One delivery, as handlers see it.
@@ -181,7 +192,9 @@ pub struct ConsumerSettings {
     pub linger: Linger,
 }
 
-/// Consumes `settings.queue` until `shutdown`, reconnecting whenever the broker comes back.
+/// Consumes `settings.queue` until `shutdown` with `settings.concurrency` channels, each
+/// replaced on its own whenever its subscription ends ([`resubscribe`]), on a new connection
+/// once the broker is back.
 pub async fn run<H: Handler>(
     broker: Broker,
     db: PgPool,
@@ -189,21 +202,10 @@ pub async fn run<H: Handler>(
     handler: H,
     shutdown: CancellationToken,
 ) {
-    while !shutdown.is_cancelled() {
-        let Some(conn) = broker.connection(&shutdown).await else {
-            break;
-        };
-        let channels = (0..settings.concurrency.max(1))
-            .map(|n| channel::consume(&conn, n, &settings, &handler, &db, &shutdown).boxed());
-        let subscribed = futures_util::future::join_all(channels).await;
-        if shutdown.is_cancelled() {
-            break;
-        }
-        if subscribed.iter().any(|ok| !ok) {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        tracing::warn!(queue = settings.queue, "subscription ended; resubscribing");
-    }
+    let channels = (0..settings.concurrency.max(1)).map(|n| {
+        resubscribe::keep_subscribed(&broker, n, &settings, &handler, &db, &shutdown).boxed()
+    });
+    futures_util::future::join_all(channels).await;
 }
 
 #[cfg(test)]
