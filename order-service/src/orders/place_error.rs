@@ -29,3 +29,21 @@ pub enum PlaceError {
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
 }
+
+impl PlaceError {
+    /// One request's share of its failed intake batch's `error` (`None`: the batch left it
+    /// unanswered, a bug). `sqlx::Error` is not `Clone`; a pool timeout carries nothing and
+    /// is made again for each request, so `POST /orders` answers an exhausted pool as every
+    /// endpoint does (503 `busy`, `Retry-After`); any other error becomes its message (500).
+    pub(crate) fn of_batch(error: Option<&sqlx::Error>) -> Self {
+        match error {
+            Some(sqlx::Error::PoolTimedOut) => Self::Database(sqlx::Error::PoolTimedOut),
+            Some(error) => {
+                Self::Unexpected(anyhow::anyhow!("placing a batch of orders failed: {error}"))
+            }
+            None => Self::Unexpected(anyhow::anyhow!(
+                "placing a batch of orders left a request unanswered"
+            )),
+        }
+    }
+}

@@ -1,12 +1,15 @@
 //! The refusals every route shares: 401s carry a `Bearer` challenge, a saturated database
-//! pool is 503 `busy` with `Retry-After`, and clients past their rate limit get 429.
+//! pool is 503 `busy` with `Retry-After` (`POST /orders` included), and clients past their
+//! rate limit get 429.
+
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Request;
 use order_service::config::Config;
 use testkit::TestDatabase;
 
-use crate::helpers::{TestApp, assert_problem, random_uuid};
+use crate::helpers::{TestApp, assert_problem, eventually, order_body, random_uuid};
 
 const ADMIN_TOKEN: &str = "test-admin-token";
 
@@ -50,7 +53,7 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
     config.admin_token = Some(ADMIN_TOKEN.into());
     let mut state = order_service::build_state(config).await.expect("state");
     // One connection, which the test holds: every request waits out the acquire timeout.
-    let (pool, held) = testkit::saturated_pool(&database.url).await;
+    let (pool, held) = crate::helpers::saturated_pool(&database.url).await;
     state.db = pool;
     let app = order_service::build_app(state);
     let order = format!("/orders/{}", random_uuid());
@@ -60,6 +63,7 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
         ("GET", "/orders"),
         ("POST", cancel.as_str()),
         ("GET", "/admin/outbox"),
+        ("POST", "/admin/outbox/1/retry"),
     ];
     for (method, uri) in requests {
         let request = Request::builder()
@@ -77,6 +81,29 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
         404,
         "the pool was the only reason"
     );
+}
+
+/// `POST /orders` goes through the intake task, which only `serve` runs: checked over HTTP.
+#[tokio::test]
+async fn an_order_on_a_saturated_pool_is_503_busy_and_its_token_is_given_back() {
+    let (app, held) = TestApp::spawn_saturated().await;
+    let token = app.issue_token().await;
+    let body = order_body(1, 1001, 1);
+    let response = app.post_order(&token, &body).await;
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_problem(response, 503, "busy").await;
+    assert_eq!(app.count("orders").await, 0);
+
+    drop(held);
+    // The service's loops share the one connection: a request may still find it taken.
+    let response = eventually(Duration::from_secs(10), || async {
+        let response = app.post_order(&token, &body).await;
+        (response.status() != 503).then_some(response)
+    })
+    .await;
+    assert_eq!(response.status(), 202, "the same token places the order");
+    assert!(!response.headers().contains_key("idempotent-replayed"));
+    assert_eq!(app.count("orders").await, 1);
 }
 
 #[tokio::test]

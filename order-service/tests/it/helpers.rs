@@ -6,7 +6,9 @@ use order_service::config::Config;
 use redis::aio::MultiplexedConnection;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
-use sqlx::PgConnection;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgConnection, PgPool, Postgres};
 use testkit::{AmqpProbe, TestDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -48,6 +50,21 @@ impl TestApp {
     }
 
     pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> Self {
+        Self::start(configure, false).await.0
+    }
+
+    /// A service (broker unreachable) whose requests and loops use a pool of one connection,
+    /// held by the test through the one returned: until it is dropped, every use of the pool
+    /// waits out a 200 ms acquire timeout, as on an exhausted pool. `db` stays the test's.
+    pub async fn spawn_saturated() -> (Self, PoolConnection<Postgres>) {
+        let (app, held) = Self::start(|_| {}, true).await;
+        (app, held.expect("a held connection"))
+    }
+
+    async fn start(
+        configure: impl FnOnce(&mut Config),
+        saturated: bool,
+    ) -> (Self, Option<PoolConnection<Postgres>>) {
         testkit::init_logs();
         let db = TestDatabase::create("orders", &order_service::MIGRATOR).await;
         let redis_prefix = testkit::redis_prefix();
@@ -57,17 +74,24 @@ impl TestApp {
             .await
             .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("local addr"));
-        let state = order_service::build_state(config).await.expect("state");
+        let mut state = order_service::build_state(config).await.expect("state");
+        let mut held = None;
+        if saturated {
+            let (pool, connection) = saturated_pool(&db.url).await;
+            state.db = pool;
+            held = Some(connection);
+        }
         let shutdown = CancellationToken::new();
         tokio::spawn(order_service::serve(state, listener, shutdown.clone()));
-        Self {
+        let app = Self {
             base,
             db,
             redis_prefix,
             client: reqwest::Client::new(),
             vhost: None,
             shutdown,
-        }
+        };
+        (app, held)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -206,6 +230,22 @@ impl TestApp {
             .await
             .expect("exists")
     }
+}
+
+/// A pool of one connection to `url` whose acquires give up after 200 ms, and that
+/// connection, held. Opening it may itself outlast 200 ms on a busy machine: tried again
+/// until it opens (`testkit::saturated_pool` would fail the test instead).
+pub async fn saturated_pool(url: &str) -> (PgPool, PoolConnection<Postgres>) {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_millis(200))
+        .connect_lazy(url)
+        .expect("a PostgreSQL URL");
+    let held = eventually(Duration::from_secs(10), || async {
+        pool.acquire().await.ok()
+    })
+    .await;
+    (pool, held)
 }
 
 impl Drop for TestApp {

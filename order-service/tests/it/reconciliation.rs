@@ -109,6 +109,9 @@ async fn stale_pending_orders_are_settled_or_published_again() {
         id(&rejected),
         json!({"order_id": id(&rejected), "state": "REJECTED", "items": [], "rejection_reason": "unknown_product"}),
     );
+    // Their events were published (the unseen one's was lost): one still in the outbox
+    // would not be sent again.
+    publish(&app, "order.created").await;
 
     let client = reqwest::Client::new();
     let looked_at = reconcile_once(&app.db.pool, &client, &settings)
@@ -118,14 +121,87 @@ async fn stale_pending_orders_are_settled_or_published_again() {
     assert_eq!(app.order_status(&id(&reserved)).await, "CONFIRMED");
     assert_eq!(app.order_status(&id(&rejected)).await, "REJECTED");
     assert_eq!(app.order_status(&id(&unseen)).await, "PENDING");
-    let republished: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM outbox WHERE routing_key = 'order.created' AND payload->'payload'->>'order_id' = $1",
+    assert_eq!(
+        creations(&app, &id(&unseen)).await,
+        (2, 1),
+        "the original event and its re-publication"
+    );
+}
+
+/// `order.created` rows of the order, as (all, still pending).
+async fn creations(app: &TestApp, order_id: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'pending') FROM outbox \
+         WHERE routing_key = 'order.created' AND payload->'payload'->>'order_id' = $1",
     )
-    .bind(id(&unseen))
+    .bind(order_id)
     .fetch_one(&app.db.pool)
     .await
-    .expect("count");
-    assert_eq!(republished, 2, "the original event and its re-publication");
+    .expect("creations")
+}
+
+#[tokio::test]
+async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_broker_is_away() {
+    // The broker is unreachable: the relay publishes nothing, every new row stays pending.
+    let app = TestApp::spawn().await;
+    let inventory = Inventory::default();
+    let settings = inventory_stub(inventory.clone()).await;
+    let client = reqwest::Client::new();
+    let lost = id(&app.create_order(&order_body(1, 1001, 1)).await);
+    // Published before the broker went away, and lost on the way.
+    publish(&app, "order.created").await;
+    let waiting = id(&app.create_order(&order_body(1, 1002, 1)).await);
+
+    for round in 1..=5 {
+        reconcile_once(&app.db.pool, &client, &settings)
+            .await
+            .expect("round");
+        assert_eq!(
+            creations(&app, &lost).await,
+            (2, 1),
+            "round {round}: the lost original and one re-publication"
+        );
+        assert_eq!(
+            creations(&app, &waiting).await,
+            (1, 1),
+            "round {round}: the original still waits to be published"
+        );
+    }
+    assert_eq!((inventory.asked(&lost), inventory.asked(&waiting)), (5, 5));
+
+    // The broker is back: what waited goes, inventory takes it; settled, and no more copies.
+    publish(&app, "order.created").await;
+    inventory.answer(&lost, "APPLIED");
+    inventory.answer(&waiting, "APPLIED");
+    reconcile_once(&app.db.pool, &client, &settings)
+        .await
+        .expect("round");
+    for order in [&lost, &waiting] {
+        assert_eq!(app.order_status(order).await, "CONFIRMED");
+    }
+    assert_eq!(creations(&app, &lost).await, (2, 0));
+    assert_eq!(creations(&app, &waiting).await, (1, 0));
+}
+
+#[tokio::test]
+async fn what_was_learned_before_an_unreadable_answer_is_written() {
+    let app = TestApp::spawn().await;
+    let inventory = Inventory::default();
+    let settings = inventory_stub(inventory.clone()).await;
+    // Claimed oldest first: the second answer cannot be read, the third is never asked for.
+    let first = id(&app.create_order(&order_body(1, 1001, 1)).await);
+    let unreadable = id(&app.create_order(&order_body(1, 1002, 1)).await);
+    let third = id(&app.create_order(&order_body(1, 1003, 1)).await);
+    inventory.answer(&first, "APPLIED");
+    inventory.answer(&unreadable, "SOMETHING_NEW");
+    inventory.answer(&third, "APPLIED");
+
+    let round = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings).await;
+    assert!(round.is_err(), "an unreadable answer fails the round");
+    assert_eq!(app.order_status(&first).await, "CONFIRMED");
+    assert_eq!(app.order_status(&unreadable).await, "PENDING");
+    assert_eq!(app.order_status(&third).await, "PENDING");
+    assert_eq!(inventory.asked(&third), 0, "the asking stops at the error");
 }
 
 #[tokio::test]
@@ -186,12 +262,14 @@ async fn release_recorded(app: &TestApp, order_id: &str) -> bool {
         .expect("released_at")
 }
 
-/// Marks every pending `order.cancelled` sent, as the relay does once the broker confirmed it.
-async fn publish_cancellations(app: &TestApp) {
+/// Marks every pending row of `routing_key` sent, as the relay does once the broker
+/// confirmed it.
+async fn publish(app: &TestApp, routing_key: &str) {
     sqlx::query(
         "UPDATE outbox SET status = 'sent', sent_at = now() \
-         WHERE routing_key = 'order.cancelled' AND status = 'pending'",
+         WHERE routing_key = $1 AND status = 'pending'",
     )
+    .bind(routing_key)
     .execute(&app.db.pool)
     .await
     .expect("sent");
@@ -237,7 +315,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
     assert_eq!(cancellations(&app, &order).await, (2, 1));
 
     // Published, and inventory still holds the stock: sent again.
-    publish_cancellations(&app).await;
+    publish(&app, "order.cancelled").await;
     reconcile_once(&app.db.pool, &client, &settings)
         .await
         .expect("round");
@@ -245,7 +323,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
     assert!(!release_recorded(&app, &order).await);
 
     // Inventory released it: recorded, and neither asked nor sent again.
-    publish_cancellations(&app).await;
+    publish(&app, "order.cancelled").await;
     inventory.answer(&order, "RELEASED");
     reconcile_once(&app.db.pool, &client, &settings)
         .await

@@ -49,7 +49,7 @@ pub(super) async fn place(
         Ok(connection) => connection,
         Err(error) => {
             release(writer, &batch, &claimed).await;
-            return finish(answers, &error);
+            return finish(answers, Some(error));
         }
     };
     match write(
@@ -62,11 +62,11 @@ pub(super) async fn place(
     )
     .await
     {
-        Ok(()) => finish(answers, &"no answer"),
+        Ok(()) => finish(answers, None),
         Err(error) => {
             // A failed connection is not kept for the next batch.
             *conn = None;
-            finish(answers, &error)
+            finish(answers, Some(error))
         }
     }
 }
@@ -266,17 +266,12 @@ async fn release(writer: &Writer, batch: &[Placement], indexes: &[usize]) {
     }
 }
 
-/// Every answer, failing those not given yet with `error`.
-fn finish(answers: Vec<Option<Answer>>, error: &dyn std::fmt::Display) -> Vec<Answer> {
+/// Every answer, failing those not given yet with the batch's `error` (`None`: the batch
+/// left them unanswered, a bug).
+fn finish(answers: Vec<Option<Answer>>, error: Option<sqlx::Error>) -> Vec<Answer> {
     answers
         .into_iter()
-        .map(|answer| {
-            answer.unwrap_or_else(|| {
-                Err(PlaceError::Unexpected(anyhow::anyhow!(
-                    "placing a batch of orders failed: {error}"
-                )))
-            })
-        })
+        .map(|answer| answer.unwrap_or_else(|| Err(PlaceError::of_batch(error.as_ref()))))
         .collect()
 }
 

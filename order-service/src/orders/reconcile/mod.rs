@@ -1,7 +1,8 @@
 //! Reconciliation: the saga's safety net for events that were lost, dead-lettered or never
 //! consumed. Each round asks inventory's `GET /reservations/{order_id}` about
 //! - orders still `PENDING` after `RECONCILE_AFTER_SECS` ([`pending`]): settled from
-//!   inventory's record, or their `order.created` published again;
+//!   inventory's record, or their `order.created` published again unless one still waits
+//!   in the outbox;
 //! - orders `CANCELLED` that long ago whose release is not recorded ([`cancelled`]): their
 //!   `order.cancelled` is sent again until inventory holds nothing for them, so a lost or dead
 //!   cancellation never leaves stock deducted.

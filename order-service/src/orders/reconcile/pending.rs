@@ -1,12 +1,14 @@
 //! `PENDING` orders that waited too long: a known verdict settles the order; no record at
-//! all means inventory never saw the order, so its `order.created` is published again.
+//! all means inventory never saw the order, so its `order.created` is published again,
+//! unless one still waits in the outbox: at most one copy is outstanding per order, however
+//! long the broker stays away.
 
 use platform::messaging::outbox::NewOutboxRow;
 use platform::telemetry::TraceContext;
 use shared::events::{Envelope, OrderCreated, OrderEvent};
 use shared::ids::{OrderId, UserId};
 use shared::keys;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::ReconcileSettings;
 use super::inventory::{Inventory, ReservationState};
@@ -32,8 +34,7 @@ pub(super) async fn reconcile(
         while let Some((order, reservation)) = answers.next().await? {
             let order_id = OrderId(order.order_id);
             let Some(reservation) = reservation else {
-                tracing::info!(%order_id, "inventory never saw this order; publishing it again");
-                unseen.push(republication(order)?);
+                unseen.push(order);
                 continue;
             };
             let verdict = match (reservation.state, reservation.rejection_reason) {
@@ -54,7 +55,8 @@ pub(super) async fn reconcile(
         // What was learned goes through the consumer's path, in one transaction.
         let mut tx = db.begin().await?;
         let settled = settle::settle_all(&mut tx, &learned).await?;
-        platform::messaging::outbox::enqueue_all(&mut tx, unseen).await?;
+        let again = republications(&mut tx, &unseen).await?;
+        platform::messaging::outbox::enqueue_all(&mut tx, again).await?;
         tx.commit().await?;
         settled
             .transitions
@@ -62,6 +64,31 @@ pub(super) async fn reconcile(
             .for_each(settle::Transition::record);
     }
     asked.map(|()| stale.len())
+}
+
+/// The `order.created` to publish again of each order inventory never saw, but for those
+/// whose last one still waits in the outbox (the broker is away, or the relay backs off):
+/// another copy would only queue up behind it, and a round per period of the outage would
+/// each add one. Checked for all of them in one statement, in the transaction that enqueues.
+async fn republications(
+    conn: &mut PgConnection,
+    unseen: &[&OrderRow],
+) -> sqlx::Result<Vec<NewOutboxRow>> {
+    if unseen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<OrderId> = unseen.iter().map(|order| OrderId(order.order_id)).collect();
+    let unsent = super::queries::creations_unsent(conn, &ids).await?;
+    let mut again = Vec::with_capacity(unseen.len());
+    for (order, order_id) in unseen.iter().zip(ids) {
+        if unsent.contains(&order_id) {
+            tracing::debug!(%order_id, "inventory never saw this order; its order.created still waits in the outbox");
+            continue;
+        }
+        tracing::info!(%order_id, "inventory never saw this order; publishing it again");
+        again.push(republication(order)?);
+    }
+    Ok(again)
 }
 
 /// The order's `order.created` again, as a new event (inventory handles an order once,

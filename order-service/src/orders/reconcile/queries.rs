@@ -1,5 +1,7 @@
-//! The statements reconciliation claims its orders with, and the outbox check that keeps
-//! it from sending a cancellation while one still waits to be published.
+//! The statements reconciliation claims its orders with, and the outbox checks that keep
+//! it from sending an order's event again while one still waits to be published.
+
+use std::collections::HashSet;
 
 use shared::events::LineItem;
 use shared::ids::OrderId;
@@ -32,7 +34,10 @@ pub async fn claim_stale_pending(
     )
     .fetch_all(conn)
     .await?;
-    typed(rows)
+    // RETURNING keeps no order: the claim's is restored here.
+    let mut orders = typed(rows)?;
+    orders.sort_by_key(|order| order.created_at);
+    Ok(orders)
 }
 
 /// Claims up to `limit` `CANCELLED` orders whose release is not recorded, cancelled (their
@@ -60,7 +65,9 @@ pub async fn claim_stale_cancelled(
     )
     .fetch_all(conn)
     .await?;
-    typed(rows)
+    let mut orders = typed(rows)?;
+    orders.sort_by_key(|order| order.updated_at);
+    Ok(orders)
 }
 
 /// Whether an `order.cancelled` of the order still waits in the outbox to be published (the
@@ -79,4 +86,25 @@ pub async fn cancellation_pending(
     )
     .fetch_one(conn)
     .await
+}
+
+/// Which of `orders` have an `order.created` (the original or a re-publication) still
+/// waiting in the outbox to be published: one statement for a whole round's orders, which
+/// reads only the pending rows (see [`cancellation_pending`]).
+pub async fn creations_unsent(
+    conn: &mut PgConnection,
+    orders: &[OrderId],
+) -> sqlx::Result<HashSet<OrderId>> {
+    let ids: Vec<String> = orders.iter().map(|order| order.0.to_string()).collect();
+    let unsent = sqlx::query_scalar!(
+        r#"SELECT DISTINCT (payload->'payload'->>'order_id')::uuid AS "order_id!"
+           FROM outbox
+           WHERE status = 'pending' AND routing_key = $2
+             AND payload->'payload'->>'order_id' = ANY($1)"#,
+        &ids[..],
+        shared::keys::ORDER_CREATED,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(unsent.into_iter().map(OrderId).collect())
 }
