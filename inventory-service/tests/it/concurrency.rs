@@ -125,3 +125,36 @@ async fn concurrent_first_requests_with_one_deduction_id_deduct_once() {
     assert_eq!(app.stock(1).await, 97);
     assert_eq!(app.deduction_rows().await, 1);
 }
+
+/// Restocks landing while a leader streams batches: a leader judges its next batch against the
+/// stock its last one left, so each restock makes that memory stale. Every unit restocked is
+/// sold once the last wave has gone through, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restocks_between_batches_are_sold_and_never_oversold() {
+    let app = TestApp::spawn_with(patient).await;
+    app.create_product(1, 50).await;
+    let during: Vec<_> = (0..150)
+        .map(|i| app.deduct_in_task(&format!("during-{i}"), &[(1, 1)]))
+        .collect();
+    for i in 0..10 {
+        let key = format!("restock-{i}");
+        assert_eq!(app.restock(1, 5, Some(&key)).await.status(), 200);
+    }
+    let after: Vec<_> = (0..120)
+        .map(|i| app.deduct_in_task(&format!("after-{i}"), &[(1, 1)]))
+        .collect();
+    let mut applied = 0;
+    for task in during.into_iter().chain(after) {
+        let answer = task.await.expect("the request task finishes");
+        assert!(matches!(answer.status, 200 | 409), "{answer:?}");
+        applied += usize::from(answer.status == 200);
+    }
+    assert_eq!(applied, 100, "the 50 units stocked and the 50 restocked");
+    assert_eq!(app.stock(1).await, 0);
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deductions WHERE status = 'APPLIED'")
+            .fetch_one(&app.db)
+            .await
+            .expect("count");
+    assert_eq!(recorded, 100);
+}
