@@ -146,6 +146,10 @@ pub async fn serve(
         move || orders::reconcile::run(db.clone(), outbox.clone(), reconcile.clone(), stop.clone())
     }));
     platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
+    tasks.spawn(keep_running("token give-back", shutdown.clone(), {
+        let (tokens, stop) = (state.tokens.clone(), shutdown.clone());
+        move || tokens.clone().give_back_abandoned(stop.clone())
+    }));
     // Not a supervised loop: its queue is taken once. It stops only after the server has
     // answered its last request (each of which may wait for a batch), then drains the queue.
     let intake_stop = CancellationToken::new();

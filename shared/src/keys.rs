@@ -49,6 +49,12 @@ impl RedisKeys {
         format!("{}idem:{token}", self.prefix)
     }
 
+    /// The id of the claim that holds one idempotency token in flight, beside its state (whose
+    /// form stays the one every release reads): a claim run again recognises its first run.
+    pub fn idempotency_claim(&self, token: &uuid::Uuid) -> String {
+        format!("{}idem:{token}:claim", self.prefix)
+    }
+
     /// The stock lock of one product.
     pub fn product_lock(&self, product: ProductId) -> String {
         format!("{}lock:product:{product}", self.prefix)

@@ -15,6 +15,8 @@ pub struct PrivateRedis {
     /// `redis://127.0.0.1:<port>/0`, or `rediss://` for a TLS server.
     pub url: String,
     child: Child,
+    /// How it listens, to start it again on the same port.
+    listen: Vec<String>,
     stopped: bool,
 }
 
@@ -67,18 +69,37 @@ impl PrivateRedis {
     }
 
     fn spawn(url: String, listen: &[String]) -> Self {
-        let child = Command::new("redis-server")
+        let child = Self::start_process(listen);
+        Self {
+            url,
+            child,
+            listen: listen.to_vec(),
+            stopped: false,
+        }
+    }
+
+    fn start_process(listen: &[String]) -> Child {
+        Command::new("redis-server")
             .args(listen)
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server starts (is it installed?)");
-        Self {
-            url,
-            child,
-            stopped: false,
+            .expect("redis-server starts (is it installed?)")
+    }
+
+    /// Kills the server and starts it again on the same port, empty (it keeps nothing on
+    /// disk), and waits until it answers: every connection to the old one is broken. A
+    /// plain (not TLS) server only.
+    pub async fn restart(&mut self) {
+        if self.stopped {
+            self.resume();
         }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::start_process(&self.listen);
+        let client = redis::Client::open(self.url.as_str()).expect("a Redis URL");
+        self.await_ping(&client).await;
     }
 
     async fn await_ping(&self, client: &redis::Client) {

@@ -5,6 +5,7 @@ pub mod fingerprint;
 pub mod first_response;
 pub mod queries;
 pub mod routes;
+mod scripts;
 pub mod secret_queries;
 pub mod signed;
 mod state;

@@ -5,7 +5,10 @@
 //! - `issued` — handed out by `POST /idempotency-tokens`, expires after the token TTL;
 //! - `inflight:<fingerprint>:<claimed_at_ms>` — a request is creating the order. A claim
 //!   older than [`IN_FLIGHT_TTL`] is stale (its process died): the next request may claim the
-//!   token again, and PostgreSQL's unique key decides if the dead one had committed after all;
+//!   token again, and PostgreSQL's unique key decides if the dead one had committed after all.
+//!   Its claim id, random per claim, sits beside it under the token's claim key
+//!   ([`super::scripts`]), so that a claim run again (its connection broke) recognises its
+//!   own first run;
 //! - `done:<json>` — the first response, kept for the token TTL for cheap replays.
 //!
 //! With end-user identity on, each state names the user who took the token (its taker):
@@ -24,18 +27,27 @@
 //! once: a batch claims all its tokens in one round trip and records all its outcomes in one.
 //!
 //! Every call goes through the process's [`RedisHealth`]: while Redis is known down, none is
-//! sent and the caller learns it at once ([`RedisCallError::Down`]).
+//! sent and the caller learns it at once ([`RedisCallError::Down`]); a call whose connection
+//! broke runs once more on a new one, so each is safe to run twice. A claim that failed
+//! without an answer (a hung Redis runs it later) is given back once Redis answers again
+//! ([`TokenStore::give_back_abandoned`]): its request is not running, and its retries must not
+//! be told it is in flight.
 
-use std::time::Duration;
+mod give_back;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SubsecRound, Utc};
 use platform::storage::redis::RedisConnection;
 use platform::storage::redis::health::{RedisCallError, RedisHealth};
-use redis::Script;
 use shared::ids::UserId;
 use shared::keys::RedisKeys;
 use uuid::Uuid;
 
+use give_back::Abandoned;
+
+use super::scripts::CLAIM;
 use super::state::{DONE, in_flight, issued, parse_state};
 use crate::tokens::StoredResponse;
 use crate::tokens::signed::TokenSigner;
@@ -49,75 +61,6 @@ pub const IN_FLIGHT_TTL: Duration = Duration::from_secs(30);
 /// make even a second try a rarity).
 const ISSUE_TRIES: usize = 4;
 
-/// Claims the tokens of a batch, in order, each keeping its expiry: the request taker's own
-/// `issued` state (or its own stale claim) becomes in flight for its request; any other state
-/// is returned as it is. `ARGV[1]` is the age of a stale claim; then each key `i` has its
-/// in-flight value at `ARGV[3i-1]`, at `ARGV[3i]` an expiry in unix ms or `''`, and at
-/// `ARGV[3i+1]` the `issued` state of the request's taker. With an expiry, a token Redis does
-/// not know is claimed too, expiring then (the caller has checked the token was issued here,
-/// to this taker, and is unexpired; PostgreSQL's unique key settles whether it was used).
-/// Keys are handled in order inside one script, so a second request for a token in the same
-/// batch finds the first one's claim.
-static CLAIM: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
-    Script::new(
-        r"
-        local t = redis.call('TIME')
-        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        local out = {}
-        local function taker(inflight)
-            return string.match(inflight, '^inflight:[^:]*@(%d+)') or ''
-        end
-        for i, key in ipairs(KEYS) do
-            local claim = ARGV[3 * i - 1] .. ':' .. now
-            local recreate_until = ARGV[3 * i]
-            local issued = ARGV[3 * i + 1]
-            local v = redis.call('GET', key)
-            if not v then
-                -- A forgotten token is claimed again only while it is alive: one that expired
-                -- while its request queued is unknown, as if Redis had expired it itself.
-                if recreate_until == '' or tonumber(recreate_until) <= now then
-                    out[i] = ''
-                else
-                    redis.call('SET', key, claim, 'PXAT', recreate_until)
-                    out[i] = 'claimed'
-                end
-            else
-                local stale = false
-                if string.sub(v, 1, 9) == 'inflight:' then
-                    local claimed_at = tonumber(string.match(v, ':(%d+)$'))
-                    stale = claimed_at ~= nil and now - claimed_at > tonumber(ARGV[1])
-                        and taker(v) == taker(ARGV[3 * i - 1])
-                end
-                if v == issued or stale then
-                    redis.call('SET', key, claim, 'KEEPTTL')
-                    out[i] = 'claimed'
-                else
-                    out[i] = v
-                end
-            end
-        end
-        return out
-        ",
-    )
-});
-
-/// Gives tokens back (`ARGV[2i]`, their taker's `issued` state, expiry kept) if their
-/// requests still hold them: key `i` only while its value starts with `ARGV[2i-1]`.
-static RELEASE: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
-    Script::new(
-        r"
-        for i, key in ipairs(KEYS) do
-            local v = redis.call('GET', key)
-            local prefix = ARGV[2 * i - 1] .. ':'
-            if v and string.sub(v, 1, string.len(prefix)) == prefix then
-                redis.call('SET', key, ARGV[2 * i], 'KEEPTTL')
-            end
-        end
-        return 0
-        ",
-    )
-});
-
 #[derive(Clone)]
 pub struct TokenStore {
     redis: RedisConnection,
@@ -125,6 +68,8 @@ pub struct TokenStore {
     ttl: Duration,
     signer: TokenSigner,
     health: RedisHealth,
+    /// Claims sent without an answer, to give back once Redis answers again.
+    abandoned: Arc<Mutex<Vec<Abandoned>>>,
 }
 
 impl std::fmt::Debug for TokenStore {
@@ -150,6 +95,7 @@ impl TokenStore {
             ttl,
             signer,
             health,
+            abandoned: Arc::default(),
         }
     }
 
@@ -168,15 +114,19 @@ impl TokenStore {
         let expires_at = (Utc::now() + self.ttl).trunc_subsecs(3);
         for _ in 0..ISSUE_TRIES {
             let token = self.signer.mint(expires_at, taker);
-            let mut conn = self.redis.clone();
             let mut set = redis::cmd("SET");
             set.arg(self.keys.idempotency_token(&token))
                 .arg(issued(taker))
                 .arg("PXAT")
                 .arg(expires_at.timestamp_millis())
                 .arg("NX");
-            let set = set.query_async::<Option<String>>(&mut conn);
-            // `None`: the key exists, so another client holds this token; mint another.
+            // `None`: the key exists, so another client holds this token (or a first run
+            // whose reply was lost set it); mint another.
+            let set = || {
+                let mut conn = self.redis.clone();
+                let set = &set;
+                async move { set.query_async::<Option<String>>(&mut conn).await }
+            };
             if self.health.call(set).await?.is_some() {
                 return Ok((token, expires_at));
             }
@@ -199,12 +149,19 @@ impl TokenStore {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
+        self.release_abandoned().await;
+        let ids: Vec<String> = claims
+            .iter()
+            .map(|_| Uuid::new_v4().simple().to_string())
+            .collect();
         let mut invocation = CLAIM.prepare_invoke();
         invocation.arg(IN_FLIGHT_TTL.as_millis() as u64);
-        for claim in claims {
+        for (claim, id) in claims.iter().zip(&ids) {
             invocation
                 .key(self.keys.idempotency_token(claim.token))
+                .key(self.keys.idempotency_claim(claim.token))
                 .arg(in_flight(claim.fingerprint, claim.taker))
+                .arg(id)
                 .arg(
                     claim
                         .recreate_until
@@ -212,9 +169,28 @@ impl TokenStore {
                 )
                 .arg(issued(claim.taker));
         }
-        let mut conn = self.redis.clone();
-        let states: Vec<String> = self.health.call(invocation.invoke_async(&mut conn)).await?;
-        Ok(states.iter().map(|state| parse_state(state)).collect())
+        let claim = || {
+            let mut conn = self.redis.clone();
+            let invocation = &invocation;
+            async move { invocation.invoke_async::<Vec<String>>(&mut conn).await }
+        };
+        match self.health.call(claim).await {
+            Ok(states) => Ok(states.iter().map(|state| parse_state(state)).collect()),
+            Err(error) => {
+                if matches!(error, RedisCallError::Failed(_)) {
+                    let at = Instant::now();
+                    let abandoned = claims.iter().zip(ids).map(|(c, id)| Abandoned {
+                        token: *c.token,
+                        in_flight: in_flight(c.fingerprint, c.taker),
+                        id,
+                        taker: c.taker,
+                        at,
+                    });
+                    self.abandoned().extend(abandoned);
+                }
+                Err(error)
+            }
+        }
     }
 
     /// Records the first responses of many tokens in one round trip, replacing their
@@ -246,29 +222,12 @@ impl TokenStore {
                 .arg(self.ttl.as_millis() as u64)
                 .ignore();
         }
-        let mut conn = self.redis.clone();
-        self.health.call(pipe.query_async::<()>(&mut conn)).await
-    }
-
-    /// Gives tokens back (`issued` to their takers, original expiry kept) after a failure
-    /// that created nothing, so their clients can retry with them; each only if its request
-    /// still holds it. One round trip.
-    pub async fn release_all(&self, held: &[Held<'_>]) -> Result<(), RedisCallError> {
-        if held.is_empty() {
-            return Ok(());
-        }
-        let mut invocation = RELEASE.prepare_invoke();
-        for held in held {
-            invocation
-                .key(self.keys.idempotency_token(held.token))
-                .arg(in_flight(held.fingerprint, held.taker))
-                .arg(issued(held.taker));
-        }
-        let mut conn = self.redis.clone();
-        self.health
-            .call(invocation.invoke_async::<i64>(&mut conn))
-            .await
-            .map(drop)
+        let set = || {
+            let mut conn = self.redis.clone();
+            let pipe = &pipe;
+            async move { pipe.query_async::<()>(&mut conn).await }
+        };
+        self.health.call(set).await
     }
 }
 

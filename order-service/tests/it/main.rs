@@ -24,5 +24,6 @@ mod redis_hung;
 mod rolling_update;
 mod settings;
 mod strict_states;
+mod token_store;
 mod vacuum;
 mod validation;

@@ -1,6 +1,7 @@
 //! A Redis that stops answering (`SIGSTOP`): after one call times out, token requests are
 //! answered 503 `not-ready` without asking Redis again, a used token still replays from
-//! PostgreSQL, and everything works again once Redis answers.
+//! PostgreSQL, and everything works again once Redis answers — a request whose claim timed
+//! out included. A Redis that restarted (every connection broken) refuses nothing.
 
 use std::time::Duration;
 
@@ -101,4 +102,90 @@ async fn token_requests_answer_503_at_once_while_redis_is_stopped_and_work_when_
     assert_eq!(app.post_order(&token, &body).await.status(), 202);
     assert_eq!(app.post_order(&unused, &body).await.status(), 202);
     assert_eq!(app.count("orders").await, 3);
+}
+
+/// A private Redis, the app on it with a short Redis timeout, and the body of the order the
+/// app placed once (so Redis has the claim script).
+async fn app_with_an_order() -> (PrivateRedis, TestApp, serde_json::Value) {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url.clone();
+    let app = TestApp::spawn_with(|c| {
+        c.redis_url = url;
+        c.redis_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let body = order_body(1, 1001, 1);
+    let token = app.issue_token().await;
+    assert_eq!(app.post_order(&token, &body).await.status(), 202);
+    (redis, app, body)
+}
+
+#[tokio::test]
+async fn a_request_whose_claim_timed_out_is_not_in_progress_once_redis_answers() {
+    // Redis has the claim script: the frozen one runs the claim's EVALSHA once thawed.
+    let (mut redis, app, body) = app_with_an_order().await;
+    let token = app.issue_token().await;
+
+    redis.freeze();
+    // The claim is sent and times out; the frozen Redis runs it once it is thawed.
+    assert_problem(app.post_order(&token, &body).await, 503, "not-ready").await;
+    redis.resume();
+    // Answered after what was queued before it: the claim ran, nothing runs its request.
+    let state: String = redis::cmd("GET")
+        .arg(format!("{}idem:{token}", app.redis_prefix))
+        .query_async(&mut redis.connection().await)
+        .await
+        .expect("GET");
+    assert!(state.starts_with("inflight:"), "{state}");
+
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut statuses = Vec::new();
+    loop {
+        let status = app.post_order(&token, &body).await.status().as_u16();
+        statuses.push(status);
+        if status == 202 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "{statuses:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !statuses.contains(&409),
+        "no request was running, yet its retries were told it was: {statuses:?}"
+    );
+    assert_eq!(app.count("orders").await, 2);
+}
+
+#[tokio::test]
+async fn a_redis_that_restarted_refuses_nothing() {
+    let (mut redis, app, body) = app_with_an_order().await;
+    let token = app.issue_token().await;
+    assert_eq!(app.post_order(&token, &body).await.status(), 202);
+
+    for round in 0..3 {
+        redis.restart().await;
+        // The first calls after a restart find their connection broken: each is run again
+        // on a new one, so neither the requests nor the health check see an outage.
+        for _ in 0..3 {
+            let issued = app
+                .client
+                .post(app.url("/idempotency-tokens"))
+                .send()
+                .await
+                .expect("POST /idempotency-tokens");
+            assert_eq!(issued.status(), 201, "round {round}");
+            let issued: serde_json::Value = issued.json().await.expect("json");
+            let token = issued["token"].as_str().expect("a token");
+            assert_eq!(
+                app.post_order(token, &body).await.status(),
+                202,
+                "round {round}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // A token issued before the restart is still known by its signature.
+        let replay = app.post_order(&token, &body).await;
+        assert_eq!(replay.status(), 202, "round {round}");
+    }
+    assert_eq!(app.count("orders").await, 11);
 }

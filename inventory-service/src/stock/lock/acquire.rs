@@ -108,7 +108,12 @@ async fn acquire_one(
     let mut attempt = 0;
     loop {
         let sent_at = Instant::now();
-        if health.call(lease.try_acquire(conn, ttl)).await? {
+        // Safe to run twice: the script takes a lock its own token already holds.
+        let try_once = || {
+            let mut conn = conn.clone();
+            async move { lease.try_acquire(&mut conn, ttl).await }
+        };
+        if health.call(try_once).await? {
             return Ok(Some(sent_at));
         }
         let now = Instant::now();

@@ -14,13 +14,15 @@ use super::{Locker, Locks, sorted_unique};
 use crate::metrics;
 
 /// `SET KEYS[i] ARGV[i + 1] NX PX ARGV[1]` for every key, in the order given (ascending
-/// product id); one 1 or 0 per key.
+/// product id); one 1 or 0 per key. A key that already holds its lease's token counts as
+/// taken: a call run again after its connection broke finds what its first run set.
 static TRY_MANY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
         local taken = {}
         for i, key in ipairs(KEYS) do
-            if redis.call('SET', key, ARGV[i + 1], 'NX', 'PX', ARGV[1]) then
+            if redis.call('SET', key, ARGV[i + 1], 'NX', 'PX', ARGV[1])
+                or redis.call('GET', key) == ARGV[i + 1] then
                 taken[i] = 1
             else
                 taken[i] = 0
@@ -93,7 +95,12 @@ impl Locker {
             .map(|(id, _)| Lease::new(inner.keys.product_lock(*id)))
             .collect();
         let sent_at = Instant::now();
-        let taken = match inner.health.call(try_many(&mut conn, &wanted, ttl)).await {
+        let try_once = || {
+            let mut conn = conn.clone();
+            let wanted = &wanted;
+            async move { try_many(&mut conn, wanted, ttl).await }
+        };
+        let taken = match inner.health.call(try_once).await {
             Ok(taken) => taken,
             Err(error) => {
                 // Some SETs may have landed; free every key this try could have set.

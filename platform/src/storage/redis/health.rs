@@ -74,15 +74,26 @@ impl RedisHealth {
     }
 
     /// Runs `call`, unless Redis is down: then answers [`RedisCallError::Down`] at once
-    /// without running it.
-    pub async fn call<T, F>(&self, call: F) -> Result<T, RedisCallError>
+    /// without running it. A call that finds its connection broken (a Redis that restarted,
+    /// a reset socket) runs once more on the fresh connection the manager opens; only its
+    /// second failure counts. `call` must therefore be safe to run twice: a repeat that the
+    /// first run already did, or a script that recognises its own earlier run.
+    pub async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, RedisCallError>
     where
-        F: Future<Output = redis::RedisResult<T>>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
     {
         if self.is_down() {
             return Err(RedisCallError::Down);
         }
-        call.await.map_err(|error| {
+        let result = match call().await {
+            Err(error) if is_broken_connection(&error) => {
+                tracing::debug!(%error, "a Redis connection broke; calling again on a new one");
+                call().await
+            }
+            result => result,
+        };
+        result.map_err(|error| {
             self.record_failure(&error);
             RedisCallError::Failed(error)
         })
@@ -118,10 +129,19 @@ impl RedisHealth {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            let ping = redis::cmd("PING");
+            let ping = async {
+                let first = redis::cmd("PING").query_async::<String>(&mut conn).await;
+                match first {
+                    // As in `call`: a broken connection is not an outage yet.
+                    Err(error) if is_broken_connection(&error) => {
+                        redis::cmd("PING").query_async::<String>(&mut conn).await
+                    }
+                    answered => answered,
+                }
+            };
             let pinged = tokio::select! {
                 () = shutdown.cancelled() => return,
-                pinged = ping.query_async::<String>(&mut conn) => pinged,
+                pinged = ping => pinged,
             };
             match pinged {
                 Ok(_) => self.mark_up(),
@@ -131,6 +151,13 @@ impl RedisHealth {
             }
         }
     }
+}
+
+/// Whether `error` says the connection itself broke (reset, closed, a broken pipe) rather
+/// than Redis not answering on it (a timeout) or refusing a new one: the connection manager
+/// then reconnects, and the next call goes over the new connection.
+fn is_broken_connection(error: &RedisError) -> bool {
+    error.is_connection_dropped() && !error.is_connection_refusal() && !error.is_timeout()
 }
 
 /// Whether `error` says Redis did not answer (timed out, refused, dropped, any I/O failure)
@@ -154,14 +181,14 @@ mod tests {
     #[tokio::test]
     async fn one_timeout_marks_redis_down_and_later_calls_are_not_run() {
         let health = RedisHealth::default();
-        let first: Result<(), _> = health.call(async { Err(timed_out()) }).await;
+        let first: Result<(), _> = health.call(|| async { Err(timed_out()) }).await;
         assert!(matches!(first, Err(RedisCallError::Failed(_))));
         assert!(health.is_down());
         let mut ran = false;
         let second: Result<(), _> = health
-            .call(async {
+            .call(|| {
                 ran = true;
-                Ok(())
+                async { Ok(()) }
             })
             .await;
         assert!(matches!(second, Err(RedisCallError::Down)));
@@ -175,8 +202,59 @@ mod tests {
     async fn an_error_reply_leaves_redis_up() {
         let health = RedisHealth::default();
         let reply = RedisError::from((redis::ErrorKind::Client, "WRONGTYPE"));
-        let failed: Result<(), _> = health.call(async { Err(reply) }).await;
+        let failed: Result<(), _> = health.call(|| async { Err(reply.clone()) }).await;
         assert!(matches!(failed, Err(RedisCallError::Failed(_))));
         assert!(!health.is_down());
+    }
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        std::io::Error::new(kind, "the socket says so").into()
+    }
+
+    /// Runs `health.call` with a call failing with `errors` in turn, then succeeding;
+    /// answers the result and how many times the call ran.
+    async fn calls_failing_with(
+        health: &RedisHealth,
+        errors: Vec<RedisError>,
+    ) -> (Result<(), RedisCallError>, usize) {
+        let mut errors = errors.into_iter();
+        let mut runs = 0;
+        let result = health
+            .call(|| {
+                runs += 1;
+                let next = errors.next();
+                async move { next.map_or(Ok(()), Err) }
+            })
+            .await;
+        (result, runs)
+    }
+
+    #[tokio::test]
+    async fn a_broken_connection_is_called_again_once_before_redis_counts_as_down() {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
+        let health = RedisHealth::default();
+        let (result, runs) = calls_failing_with(&health, vec![io(BrokenPipe)]).await;
+        assert!(result.is_ok());
+        assert_eq!((runs, health.is_down()), (2, false));
+
+        let (result, runs) =
+            calls_failing_with(&health, vec![io(ConnectionReset), io(BrokenPipe)]).await;
+        assert!(matches!(result, Err(RedisCallError::Failed(_))));
+        assert_eq!(
+            (runs, health.is_down()),
+            (2, true),
+            "a second break is an outage"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_timeout_or_a_refused_connection_is_not_called_again() {
+        let refused = io(std::io::ErrorKind::ConnectionRefused);
+        for error in [timed_out(), refused] {
+            let health = RedisHealth::default();
+            let (result, runs) = calls_failing_with(&health, vec![error]).await;
+            assert!(matches!(result, Err(RedisCallError::Failed(_))));
+            assert_eq!((runs, health.is_down()), (1, true));
+        }
     }
 }

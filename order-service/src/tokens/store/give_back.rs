@@ -1,0 +1,129 @@
+//! Giving claimed tokens back: after a failure that created nothing, and for claims whose
+//! call failed without an answer, once Redis answers again.
+
+use std::sync::{MutexGuard, PoisonError};
+use std::time::Instant;
+
+use platform::storage::redis::health::{CHECK_EVERY, RedisCallError};
+use shared::ids::UserId;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{Held, IN_FLIGHT_TTL, TokenStore};
+use crate::tokens::scripts::RELEASE;
+use crate::tokens::state::{in_flight, issued};
+
+/// A claim whose call failed after it was sent: Redis may have run it, or run it later.
+pub(super) struct Abandoned {
+    pub(super) token: Uuid,
+    /// The request's in-flight value.
+    pub(super) in_flight: String,
+    /// The claim's id: only this very claim is given back.
+    pub(super) id: String,
+    pub(super) taker: Option<UserId>,
+    pub(super) at: Instant,
+}
+
+/// A token to give back: held by `in_flight` (under claim `id` when not empty).
+struct Giving {
+    token: Uuid,
+    in_flight: String,
+    id: String,
+    taker: Option<UserId>,
+}
+
+impl TokenStore {
+    /// Gives tokens back (`issued` to their takers, until their own expiry) after a failure
+    /// that created nothing, so their clients can retry with them; each only if its request
+    /// still holds it. One round trip.
+    pub async fn release_all(&self, held: &[Held<'_>]) -> Result<(), RedisCallError> {
+        let held: Vec<_> = held
+            .iter()
+            .map(|h| Giving {
+                token: *h.token,
+                in_flight: in_flight(h.fingerprint, h.taker),
+                id: String::new(),
+                taker: h.taker,
+            })
+            .collect();
+        self.give_back(&held).await
+    }
+
+    /// Gives back the claims that failed without an answer, if Redis answers now; those
+    /// older than [`IN_FLIGHT_TTL`] are stale anyway and are forgotten.
+    pub(super) async fn release_abandoned(&self) {
+        if self.health.is_down() {
+            return;
+        }
+        let abandoned: Vec<Abandoned> = std::mem::take(&mut *self.abandoned());
+        let held: Vec<_> = abandoned
+            .iter()
+            .filter(|a| a.at.elapsed() < IN_FLIGHT_TTL)
+            .map(|a| Giving {
+                token: a.token,
+                in_flight: a.in_flight.clone(),
+                id: a.id.clone(),
+                taker: a.taker,
+            })
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        match self.give_back(&held).await {
+            Ok(()) => tracing::info!(
+                claims = held.len(),
+                "gave back the token claims of requests whose Redis call failed"
+            ),
+            Err(_) => self.abandoned().extend(abandoned),
+        }
+    }
+
+    /// Gives back, every [`CHECK_EVERY`] until `shutdown`, the claims that failed without an
+    /// answer once Redis answers again: a retry sent to another instance finds its token
+    /// free within seconds, not after [`IN_FLIGHT_TTL`].
+    pub async fn give_back_abandoned(self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(CHECK_EVERY) => {}
+            }
+            self.release_abandoned().await;
+        }
+    }
+
+    /// Runs [`RELEASE`]: each token still held by its request (by that very claim, when an
+    /// id is given) becomes `issued` to its taker again until its own expiry (deleted if that
+    /// has passed).
+    async fn give_back(&self, held: &[Giving]) -> Result<(), RedisCallError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let mut invocation = RELEASE.prepare_invoke();
+        for giving in held {
+            let expires = self
+                .signer
+                .expiry(&giving.token, giving.taker)
+                .map_or(String::new(), |at| at.timestamp_millis().to_string());
+            invocation
+                .key(self.keys.idempotency_token(&giving.token))
+                .key(self.keys.idempotency_claim(&giving.token))
+                .arg(&giving.in_flight)
+                .arg(&giving.id)
+                .arg(issued(giving.taker))
+                .arg(expires);
+        }
+        let release = || {
+            let mut conn = self.redis.clone();
+            let invocation = &invocation;
+            async move { invocation.invoke_async::<i64>(&mut conn).await }
+        };
+        self.health.call(release).await.map(drop)
+    }
+
+    pub(super) fn abandoned(&self) -> MutexGuard<'_, Vec<Abandoned>> {
+        // Nothing panics while holding the lock; the list stays usable if something did.
+        self.abandoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
