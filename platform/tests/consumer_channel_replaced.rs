@@ -161,6 +161,14 @@ where
     }
 }
 
+/// How many client connections `vhost` has.
+fn connections(vhost: &str) -> usize {
+    rabbitmqctl(&["-q", "list_connections", "--no-table-headers", "vhost"])
+        .lines()
+        .filter(|line| line.trim() == vhost)
+        .count()
+}
+
 /// The broker's channels in `vhost` that have a consumer and, when `unacked` is given, that
 /// many deliveries unacknowledged, as an Erlang list comprehension (a channel that ends
 /// while it is asked is left out).
@@ -254,6 +262,11 @@ async fn a_channel_the_broker_closes_is_replaced_while_the_other_keeps_consuming
         "the other channel still holds its message"
     );
     assert_eq!(replacements(), 1);
+    assert_eq!(
+        connections(&vhost.name),
+        2,
+        "the probe's and the service's one: a channel's error keeps the connection"
+    );
 
     handler.release.cancel();
     eventually(Duration::from_secs(5), || async { handler.applied(HELD) }).await;

@@ -166,6 +166,12 @@ impl Broker {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 event = events.next() => match event {
+                    // lapin reports a channel's error here too (a channel the broker closed
+                    // with a soft error): the connection, and every other channel on it, is
+                    // fine then, and that channel's own loop replaces it.
+                    Some(lapin::Event::Error(error)) if conn.status().connected() => {
+                        tracing::info!(%error, "a RabbitMQ channel failed; the connection stays");
+                    }
                     Some(lapin::Event::Error(error)) => {
                         tracing::warn!(%error, "RabbitMQ connection lost");
                         break;
