@@ -28,8 +28,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use lapin::Channel;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{Channel, Confirmation};
 use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +38,7 @@ use uuid::Uuid;
 use crate::messaging::broker::Broker;
 use crate::messaging::linger::Linger;
 use crate::messaging::outbox::OutboxSignal;
+mod confirms;
 mod publish;
 
 use publish::{properties, publish_span, record_failure};
@@ -237,39 +238,10 @@ async fn relay_batch(
     }
     let mut sent = Vec::with_capacity(rows.len());
     let mut channel_broken = false;
-    for ((row, publish), span) in rows.iter().zip(pending).zip(&spans) {
-        let outcome = match publish {
-            Ok(confirm) => match tokio::time::timeout(settings.confirm_timeout, confirm).await {
-                Ok(Ok(Confirmation::Ack(None))) => Ok(()),
-                Ok(Ok(Confirmation::Ack(Some(_)))) => {
-                    Err("unroutable: no queue is bound for it".to_owned())
-                }
-                Ok(Ok(Confirmation::Nack(_))) => {
-                    // A channel keeps its own view of each quorum queue it publishes to; one
-                    // opened while a queue was electing a new leader (a node lost) went on
-                    // refusing everything for as long as the node stayed down. A fresh
-                    // channel looks the queue up again.
-                    channel_broken = true;
-                    Err("the broker refused the message".to_owned())
-                }
-                Ok(Ok(Confirmation::NotRequested)) => {
-                    Err("the channel does not confirm".to_owned())
-                }
-                Ok(Err(e)) => {
-                    channel_broken = true;
-                    Err(e.to_string())
-                }
-                Err(_) => {
-                    channel_broken = true;
-                    Err("no confirm within the timeout".to_owned())
-                }
-            },
-            Err(e) => {
-                channel_broken = true;
-                Err(e.to_string())
-            }
-        };
-        match outcome {
+    let confirmed = confirms::collect(pending, settings.confirm_timeout).await;
+    for ((row, confirmed), span) in rows.iter().zip(confirmed).zip(&spans) {
+        channel_broken |= confirmed.channel_broken;
+        match confirmed.outcome {
             Ok(()) => sent.push(row.id),
             Err(error) => {
                 span.record("otel.status_code", "ERROR");
