@@ -3,11 +3,13 @@
 //!   good; that is recorded and the order is not asked about again;
 //! - `APPLIED`, or no record at all (the cancellation must still go, to leave a tombstone for
 //!   a creation that may yet arrive): `order.cancelled` is sent again as a new event, unless
-//!   one still waits in the outbox. The order is asked about again next period, until
-//!   inventory's answer or its `inventory.released` records the release.
+//!   one still waits in the outbox (checked for the whole round in one statement, and sent in
+//!   one transaction). The order is asked about again next period, until inventory's answer
+//!   or its `inventory.released` records the release.
 
 use platform::telemetry::TraceContext;
 use shared::ids::OrderId;
+use shared::keys;
 use sqlx::PgPool;
 
 use super::ReconcileSettings;
@@ -26,6 +28,7 @@ pub(super) async fn reconcile(
     )
     .await?;
     let mut released = Vec::new();
+    let mut to_send = Vec::new();
     // An error stops the asking, not the recording: what was learned before it is written.
     let asked = async {
         let mut answers = inventory.ask_each(&stale);
@@ -36,7 +39,7 @@ pub(super) async fn reconcile(
                     tracing::info!(%order_id, state = ?reservation.state, "inventory holds nothing for the cancelled order");
                     released.push(Incoming::learned(Effect::Released(order_id)));
                 }
-                Some(_) | None => send_again(db, order_id).await?,
+                Some(_) | None => to_send.push(order_id),
             }
         }
         anyhow::Ok(())
@@ -48,18 +51,26 @@ pub(super) async fn reconcile(
         settle::settle_all(&mut tx, &released).await?;
         tx.commit().await?;
     }
+    send_again(db, &to_send).await?;
     asked.map(|()| stale.len())
 }
 
-async fn send_again(db: &PgPool, order_id: OrderId) -> sqlx::Result<()> {
-    let mut tx = db.begin().await?;
-    if super::queries::cancellation_pending(&mut tx, order_id).await? {
-        // The relay has not published the last one yet (broker down, backing off): another
-        // copy would only queue up behind it.
-        tracing::debug!(%order_id, "a cancellation still waits in the outbox");
+/// Sends `order.cancelled` again for each of `orders`, but for those whose last one still
+/// waits in the outbox (broker down, relay backing off): another copy would only queue up
+/// behind it.
+async fn send_again(db: &PgPool, orders: &[OrderId]) -> sqlx::Result<()> {
+    if orders.is_empty() {
         return Ok(());
     }
-    tracing::info!(%order_id, "stock may still be held for a cancelled order; sending its cancellation again");
-    settle::request_release(&mut tx, order_id, &TraceContext::new_root()).await?;
+    let mut tx = db.begin().await?;
+    let unsent = super::queries::unsent(&mut tx, keys::ORDER_CANCELLED, orders).await?;
+    for &order_id in orders {
+        if unsent.contains(&order_id) {
+            tracing::debug!(%order_id, "a cancellation still waits in the outbox");
+            continue;
+        }
+        tracing::info!(%order_id, "stock may still be held for a cancelled order; sending its cancellation again");
+        settle::request_release(&mut tx, order_id, &TraceContext::new_root()).await?;
+    }
     tx.commit().await
 }

@@ -78,7 +78,7 @@ async fn republications(
         return Ok(Vec::new());
     }
     let ids: Vec<OrderId> = unseen.iter().map(|order| OrderId(order.order_id)).collect();
-    let unsent = super::queries::creations_unsent(conn, &ids).await?;
+    let unsent = super::queries::unsent(conn, keys::ORDER_CREATED, &ids).await?;
     let mut again = Vec::with_capacity(unseen.len());
     for (order, order_id) in unseen.iter().zip(ids) {
         if unsent.contains(&order_id) {

@@ -70,29 +70,13 @@ pub async fn claim_stale_cancelled(
     Ok(orders)
 }
 
-/// Whether an `order.cancelled` of the order still waits in the outbox to be published (the
-/// partial index of pending rows keeps this to the backlog, however many rows were sent).
-pub async fn cancellation_pending(
+/// Which of `orders` have an event of `routing_key` (`order.created` or `order.cancelled`,
+/// the original or a copy sent again) still waiting in the outbox to be published: one
+/// statement for a whole round's orders, which reads only the pending rows (their partial
+/// index keeps it to the backlog, however many rows were sent).
+pub async fn unsent(
     conn: &mut PgConnection,
-    order_id: OrderId,
-) -> sqlx::Result<bool> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (
-               SELECT 1 FROM outbox
-               WHERE status = 'pending' AND routing_key = $2
-                 AND payload->'payload'->>'order_id' = $1) AS "pending!""#,
-        order_id.0.to_string(),
-        shared::keys::ORDER_CANCELLED,
-    )
-    .fetch_one(conn)
-    .await
-}
-
-/// Which of `orders` have an `order.created` (the original or a re-publication) still
-/// waiting in the outbox to be published: one statement for a whole round's orders, which
-/// reads only the pending rows (see [`cancellation_pending`]).
-pub async fn creations_unsent(
-    conn: &mut PgConnection,
+    routing_key: &str,
     orders: &[OrderId],
 ) -> sqlx::Result<HashSet<OrderId>> {
     let ids: Vec<String> = orders.iter().map(|order| order.0.to_string()).collect();
@@ -102,7 +86,7 @@ pub async fn creations_unsent(
            WHERE status = 'pending' AND routing_key = $2
              AND payload->'payload'->>'order_id' = ANY($1)"#,
         &ids[..],
-        shared::keys::ORDER_CREATED,
+        routing_key,
     )
     .fetch_all(conn)
     .await?;
