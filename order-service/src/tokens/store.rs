@@ -45,7 +45,7 @@ use shared::ids::UserId;
 use shared::keys::RedisKeys;
 use uuid::Uuid;
 
-use give_back::Abandoned;
+use give_back::{Abandoned, Giving};
 
 use super::scripts::CLAIM;
 use super::state::{DONE, in_flight, issued, parse_state};
@@ -180,10 +180,12 @@ impl TokenStore {
                 if matches!(error, RedisCallError::Failed(_)) {
                     let at = Instant::now();
                     let abandoned = claims.iter().zip(ids).map(|(c, id)| Abandoned {
-                        token: *c.token,
-                        in_flight: in_flight(c.fingerprint, c.taker),
-                        id,
-                        taker: c.taker,
+                        claim: Giving {
+                            token: *c.token,
+                            in_flight: in_flight(c.fingerprint, c.taker),
+                            id,
+                            taker: c.taker,
+                        },
                         at,
                     });
                     self.abandoned().extend(abandoned);

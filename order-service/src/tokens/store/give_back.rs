@@ -14,22 +14,18 @@ use crate::tokens::scripts::RELEASE;
 use crate::tokens::state::{in_flight, issued};
 
 /// A claim whose call failed after it was sent: Redis may have run it, or run it later.
+/// Given back by its claim id, so only this very claim.
 pub(super) struct Abandoned {
-    pub(super) token: Uuid,
-    /// The request's in-flight value.
-    pub(super) in_flight: String,
-    /// The claim's id: only this very claim is given back.
-    pub(super) id: String,
-    pub(super) taker: Option<UserId>,
+    pub(super) claim: Giving,
     pub(super) at: Instant,
 }
 
 /// A token to give back: held by `in_flight` (under claim `id` when not empty).
-struct Giving {
-    token: Uuid,
-    in_flight: String,
-    id: String,
-    taker: Option<UserId>,
+pub(super) struct Giving {
+    pub(super) token: Uuid,
+    pub(super) in_flight: String,
+    pub(super) id: String,
+    pub(super) taker: Option<UserId>,
 }
 
 impl TokenStore {
@@ -46,7 +42,7 @@ impl TokenStore {
                 taker: h.taker,
             })
             .collect();
-        self.give_back(&held).await
+        self.give_back(&held.iter().collect::<Vec<_>>()).await
     }
 
     /// Gives back the claims that failed without an answer, if Redis answers now; those
@@ -55,20 +51,12 @@ impl TokenStore {
         if self.health.is_down() {
             return;
         }
-        let abandoned: Vec<Abandoned> = std::mem::take(&mut *self.abandoned());
-        let held: Vec<_> = abandoned
-            .iter()
-            .filter(|a| a.at.elapsed() < IN_FLIGHT_TTL)
-            .map(|a| Giving {
-                token: a.token,
-                in_flight: a.in_flight.clone(),
-                id: a.id.clone(),
-                taker: a.taker,
-            })
-            .collect();
-        if held.is_empty() {
+        let mut abandoned: Vec<Abandoned> = std::mem::take(&mut *self.abandoned());
+        abandoned.retain(|a| a.at.elapsed() < IN_FLIGHT_TTL);
+        if abandoned.is_empty() {
             return;
         }
+        let held: Vec<&Giving> = abandoned.iter().map(|a| &a.claim).collect();
         match self.give_back(&held).await {
             Ok(()) => tracing::info!(
                 claims = held.len(),
@@ -94,7 +82,7 @@ impl TokenStore {
     /// Runs [`RELEASE`]: each token still held by its request (by that very claim, when an
     /// id is given) becomes `issued` to its taker again until its own expiry (deleted if that
     /// has passed).
-    async fn give_back(&self, held: &[Giving]) -> Result<(), RedisCallError> {
+    async fn give_back(&self, held: &[&Giving]) -> Result<(), RedisCallError> {
         if held.is_empty() {
             return Ok(());
         }
