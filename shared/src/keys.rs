@@ -22,9 +22,13 @@ pub const ORDER_EVENTS_BINDING: &str = "order.*";
 pub const ORDER_INVENTORY_EVENTS_QUEUE: &str = "order-service.inventory-events";
 pub const INVENTORY_EVENTS_BINDING: &str = "inventory.*";
 
-/// Deliveries of one message before the broker dead-letters it instead of redelivering.
-/// Part of the queue's declared arguments, so both services must use the same value.
-pub const DELIVERY_LIMIT: i64 = 5;
+/// Deliveries of one message before the broker dead-letters it instead of redelivering: a
+/// backstop. The consumers dead-letter a message that keeps failing themselves, after 5
+/// failures counted by its id; a quorum queue also counts every return of a message a closed
+/// channel held (a consumer killed, a connection lost). 5 failures leave 95 deliveries for
+/// returns, so a valid message is dead-lettered by the broker only if 95 consumers died while
+/// holding it. Part of the queue's declared arguments, so both services must use the same value.
+pub const DELIVERY_LIMIT: i64 = 100;
 
 /// The dead-letter queue of `queue`, bound to [`DEAD_LETTER_EXCHANGE`] with the queue's name.
 pub fn dead_letter_queue(queue: &str) -> String {

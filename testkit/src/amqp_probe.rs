@@ -3,7 +3,7 @@
 /// A plain AMQP client for tests: publish raw messages and read queues directly.
 #[derive(Debug)]
 pub struct AmqpProbe {
-    _conn: lapin::Connection,
+    conn: lapin::Connection,
     channel: lapin::Channel,
 }
 
@@ -39,10 +39,7 @@ impl AmqpProbe {
         platform::messaging::topology::declare_topology(&channel)
             .await
             .expect("topology");
-        Self {
-            _conn: conn,
-            channel,
-        }
+        Self { conn, channel }
     }
 
     /// Publishes `body` as-is (persistent, with `message_id` when given).
@@ -117,6 +114,36 @@ impl AmqpProbe {
             traceparent,
             body: serde_json::from_slice(&delivery.data).unwrap_or(serde_json::Value::Null),
         })
+    }
+
+    /// Plays `times` consumers that die holding the first message of `queue`: each takes it
+    /// unacked on a channel of its own and closes the channel, which returns it to the queue
+    /// (and counts one delivery of a quorum queue's limit). `false` if the queue was empty.
+    pub async fn return_unacked(&self, queue: &str, times: u32) -> bool {
+        for _ in 0..times {
+            let channel = self.conn.create_channel().await.expect("channel");
+            // A message just published, or just returned by the previous close, may take a
+            // moment to be ready again.
+            let until = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let taken = channel
+                    .basic_get(
+                        queue.into(),
+                        lapin::options::BasicGetOptions { no_ack: false },
+                    )
+                    .await
+                    .expect("basic.get");
+                if taken.is_some() {
+                    break;
+                }
+                if tokio::time::Instant::now() >= until {
+                    return false;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            channel.close(200, "dying".into()).await.expect("close");
+        }
+        true
     }
 
     /// Polls `queue` until `count` messages were taken or `deadline` passes.

@@ -194,19 +194,25 @@ pub async fn record(
         .collect();
     // Data-modifying CTEs all run to completion before the final SELECT counts what they did
     // (the SELECT sees the statement's snapshot, from before the CTEs' own changes);
-    // a count short of what was decided raises, which undoes the whole statement. The update
-    // takes its rows in ascending product id, as every stock write does, so two writers never
-    // wait on each other in a cycle; an insert of an id another writer is inserting waits for
-    // it, and if it commits, skips the row, and the count says so.
+    // a count short of what was decided raises, which undoes the whole statement. The rows
+    // are locked in ascending product id before the update touches any (`ordered`, whose count
+    // the update's condition needs first: the plan cannot reorder it), so two writers never
+    // wait on each other in a cycle, whatever plan the update gets; a wait longer than the
+    // session's `lock_timeout` fails the statement as contention. An insert of an id another
+    // writer is inserting waits for it, and if it commits, skips the row, and the count says so.
     sqlx::query_scalar!(
-        r#"WITH changed AS (
+        r#"WITH ordered AS MATERIALIZED (
+               SELECT product_id FROM products WHERE product_id = ANY($1)
+                ORDER BY product_id FOR UPDATE
+           ), changed AS (
                UPDATE products AS p
                   SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now()
-                 FROM (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
-                       AS c (product_id, delta, version) ORDER BY product_id) AS c
+                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+                      AS c (product_id, delta, version)
                 WHERE p.product_id = c.product_id
                   AND (c.version IS NULL OR p.version = c.version)
                   AND p.stock + c.delta >= 0
+                  AND (SELECT count(*) FROM ordered) > 0
                RETURNING 1
            ), recorded AS (
                INSERT INTO deductions (deduction_id, fingerprint, items, status,

@@ -13,12 +13,12 @@
 //!
 //! A batch of one takes the same path: there is no other way to reserve stock for an order.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use platform::messaging::consumer::{ConsumeError, Handled, Handler, Message, Outcome};
 use platform::messaging::outbox::OutboxSignal;
 use shared::events::{Envelope, LineItem, OrderEvent};
-use shared::ids::{OrderId, ProductId};
+use shared::ids::ProductId;
 
 use super::apply::{self, BatchError, Event, Work};
 use crate::stock::lock::{Locker, Locks};
@@ -73,37 +73,48 @@ impl OrderEvents {
         let products = apply::products_of(works);
         let partial = self.locker.try_acquire_many(&products).await;
         let busy: HashSet<ProductId> = partial.busy.iter().copied().collect();
-        let mut waiting: HashSet<OrderId> = HashSet::new();
-        let mut ready = Vec::new();
-        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(works.len());
-        for work in works {
-            let order_id = work.event.order_id();
-            let blocked = match &work.event {
-                Event::Created(created) => {
-                    created.items.iter().any(|i| busy.contains(&i.product_id))
-                }
-                Event::Cancelled(_) => false,
-            };
-            if blocked || waiting.contains(&order_id) {
-                waiting.insert(order_id);
-                outcomes.push(Some(Err(ConsumeError::Contention(format!(
-                    "a stock lock of order {order_id} is busy"
-                )))));
-            } else {
-                ready.push(work.clone());
-                outcomes.push(None);
-            }
-        }
+        // Cancellations give back without the lock; creations wait for theirs.
+        let free = apply::ready(works, &HashMap::new(), &busy);
+        let ready: Vec<Work> = works
+            .iter()
+            .zip(&free)
+            .filter(|(_, free)| **free)
+            .map(|(work, _)| work.clone())
+            .collect();
+        let outcomes: Vec<Option<Outcome>> = works
+            .iter()
+            .zip(free)
+            .map(|(work, free)| {
+                (!free).then(|| {
+                    let order_id = work.event.order_id();
+                    Err(ConsumeError::Contention(format!(
+                        "a stock lock of order {order_id} is busy"
+                    )))
+                })
+            })
+            .collect();
         let result = self.commit(&ready, &partial.locks).await;
         partial.locks.release().await;
         let mut applied = result?.into_iter();
         Ok(outcomes
             .into_iter()
-            .map(|o| o.unwrap_or_else(|| applied.next().map_or_else(|| Err(no_outcome()), Ok)))
+            .map(|o| {
+                o.unwrap_or_else(|| match applied.next() {
+                    Some(Some(handled)) => Ok(handled),
+                    Some(None) => Err(ConsumeError::Contention(
+                        "a product row it needs is held by another transaction".to_owned(),
+                    )),
+                    None => Err(no_outcome()),
+                })
+            })
             .collect())
     }
 
-    async fn commit(&self, ready: &[Work], locks: &Locks) -> Result<Vec<Handled>, ConsumeError> {
+    async fn commit(
+        &self,
+        ready: &[Work],
+        locks: &Locks,
+    ) -> Result<Vec<Option<Handled>>, ConsumeError> {
         if ready.is_empty() {
             return Ok(Vec::new());
         }

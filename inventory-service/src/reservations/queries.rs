@@ -56,22 +56,6 @@ impl TryFrom<StoredReservation> for Reservation {
 /// The primary key on the order id: one reservation (or tombstone) per order.
 pub const KEY: &str = "reservations_pkey";
 
-/// Serialises every handler of these orders for the rest of the transaction, so a creation
-/// and a cancellation of the same order never interleave (whichever comes second sees the
-/// first). Taken in one statement, in ascending key order, so two batches sharing orders
-/// never wait on each other in a cycle.
-pub async fn lock_orders(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<()> {
-    sqlx::query!(
-        "SELECT pg_advisory_xact_lock(k) FROM (
-             SELECT DISTINCT hashtextextended(id::text, 0) AS k FROM unnest($1::uuid[]) AS id
-             ORDER BY k) AS keys",
-        order_ids,
-    )
-    .execute(conn)
-    .await
-    .map(drop)
-}
-
 /// The reservations (or tombstones) of `order_ids` that exist.
 pub async fn find_all(
     conn: &mut PgConnection,
@@ -98,10 +82,12 @@ pub struct NewReservation {
     pub rejection_reason: Option<RejectionReason>,
 }
 
-/// Writes every reservation in one statement.
-pub async fn insert_all(conn: &mut PgConnection, rows: &[NewReservation]) -> sqlx::Result<()> {
+/// Writes every reservation in one statement, in ascending order id (two batches inserting
+/// the same orders wait on each other in one order, never in a cycle); how many were written.
+/// An order another transaction wrote meanwhile waits for it, then is skipped.
+pub async fn insert_all(conn: &mut PgConnection, rows: &[NewReservation]) -> sqlx::Result<u64> {
     if rows.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let ids: Vec<Uuid> = rows.iter().map(|r| r.order_id.0).collect();
     let states: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
@@ -110,36 +96,43 @@ pub async fn insert_all(conn: &mut PgConnection, rows: &[NewReservation]) -> sql
         .iter()
         .map(|r| r.rejection_reason.map(RejectionReason::as_str))
         .collect();
-    sqlx::query!(
+    let done = sqlx::query!(
         "INSERT INTO reservations (order_id, state, items, rejection_reason)
-         SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[])",
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[])
+                AS r (order_id, state, items, rejection_reason)
+          ORDER BY order_id
+         ON CONFLICT ON CONSTRAINT reservations_pkey DO NOTHING",
         &ids,
         &states as &[&str],
         &items as &[Json<&[LineItem]>],
         &reasons as &[Option<&str>],
     )
     .execute(conn)
-    .await
-    .map(drop)
+    .await?;
+    Ok(done.rows_affected())
 }
 
-/// Moves every order of `order_ids` to `state` in one statement.
-pub async fn set_state_all(
-    conn: &mut PgConnection,
-    order_ids: &[Uuid],
-    state: ReservationState,
-) -> sqlx::Result<()> {
+/// Moves every order of `order_ids` from `APPLIED` to `RELEASED` in one statement, taking
+/// their rows in ascending order id; how many moved. One that another transaction released
+/// meanwhile waits for it, then is not counted.
+pub async fn release_all(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<u64> {
     if order_ids.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
-    sqlx::query!(
-        "UPDATE reservations SET state = $2, updated_at = now() WHERE order_id = ANY($1)",
+    let done = sqlx::query!(
+        "WITH ordered AS MATERIALIZED (
+             SELECT order_id FROM reservations WHERE order_id = ANY($1)
+              ORDER BY order_id FOR UPDATE)
+         UPDATE reservations SET state = $3, updated_at = now()
+          WHERE order_id = ANY($1) AND state = $2
+            AND (SELECT count(*) FROM ordered) > 0",
         order_ids,
-        state.as_str(),
+        ReservationState::Applied.as_str(),
+        ReservationState::Released.as_str(),
     )
     .execute(conn)
-    .await
-    .map(drop)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Option<Reservation>> {

@@ -1,6 +1,6 @@
-//! The stock a batch reads (stock and version) and the conditional update of what it decided
-//! ([`super::engine::Ledger::changes`]), which only changes a row that is unchanged since the
-//! read and keeps its stock non-negative. (`POST /deductions` sends the same update inside its
+//! The stock a batch of order events locks and reads (stock and version) and the conditional
+//! update of what it decided ([`super::engine::Ledger::changes`]), which only changes a row
+//! that is unchanged since the read and keeps its stock non-negative. (`POST /deductions` sends the same update inside its
 //! one write statement, `crate::deductions::queries::record`.)
 //!
 //! This, not the Redis lock, is what keeps stock correct: a writer holding a stale read (a
@@ -8,6 +8,8 @@
 //! while Redis is down) updates no row, re-reads and decides again.
 //!
 //! Every statement is checked against the migrations at build time (`sqlx::query!`).
+
+use std::collections::HashSet;
 
 use shared::ids::ProductId;
 use sqlx::PgConnection;
@@ -19,25 +21,45 @@ pub struct StockRow {
     pub version: i64,
 }
 
-/// The stock and version of every product of `products` that exists.
-pub async fn read_all(
-    conn: &mut PgConnection,
-    products: &[ProductId],
-) -> sqlx::Result<Vec<(ProductId, StockRow)>> {
+/// The stock a batch of order events may change, locked for its transaction.
+#[derive(Debug, Clone, Default)]
+pub struct Locked {
+    /// The products locked, with their stock and version: the batch may change these.
+    pub rows: Vec<(ProductId, StockRow)>,
+    /// Products that exist but another transaction holds: the work that needs one of them
+    /// waits for a later batch.
+    pub busy: HashSet<ProductId>,
+}
+
+/// Locks every product of `products` that exists and no other transaction holds, in
+/// ascending id, for the rest of the caller's transaction, and reads their stock and version
+/// (the latest committed). Waits for no row lock: a batch never stalls on one busy product (a
+/// holder stuck in the database, paused with its transaction open); only the work needing it
+/// waits. A product absent from both sets does not exist.
+pub async fn lock_all(conn: &mut PgConnection, products: &[ProductId]) -> sqlx::Result<Locked> {
     let ids: Vec<i64> = products.iter().map(|p| p.0).collect();
     let rows = sqlx::query!(
-        "SELECT product_id, stock, version FROM products WHERE product_id = ANY($1)",
+        r#"WITH locked AS MATERIALIZED (
+               SELECT product_id, stock, version FROM products WHERE product_id = ANY($1)
+                ORDER BY product_id FOR UPDATE SKIP LOCKED)
+           SELECT p.product_id, l.stock AS "stock?", l.version AS "version?"
+             FROM products AS p LEFT JOIN locked AS l USING (product_id)
+            WHERE p.product_id = ANY($1)"#,
         &ids,
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| {
-            let (stock, version) = (row.stock, row.version);
-            (ProductId(row.product_id), StockRow { stock, version })
-        })
-        .collect())
+    let mut locked = Locked::default();
+    for row in rows {
+        let id = ProductId(row.product_id);
+        match (row.stock, row.version) {
+            (Some(stock), Some(version)) => locked.rows.push((id, StockRow { stock, version })),
+            _ => {
+                locked.busy.insert(id);
+            }
+        }
+    }
+    Ok(locked)
 }
 
 /// A change of one product's stock.
@@ -53,10 +75,9 @@ pub struct Change {
 }
 
 /// Every change in one statement: each row changes only if it still has the version it was
-/// read at (when one is given) and its stock stays non-negative. One statement for all the
-/// rows (two statements could take two rows' locks in opposite orders to another writer's),
-/// fed in ascending product id like every deduction. `false` when any row did not match: the caller rolls back, since a decision it made was
-/// based on a row that moved.
+/// read at (when one is given) and its stock stays non-negative. A batch of order events
+/// locked its rows with [`lock_all`] first, so this waits for no one. `false` when any row did
+/// not match: the caller rolls back, since a decision it made was based on a row that moved.
 pub async fn apply_changes(conn: &mut PgConnection, changes: &[Change]) -> sqlx::Result<bool> {
     if changes.is_empty() {
         return Ok(true);

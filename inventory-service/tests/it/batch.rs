@@ -280,3 +280,134 @@ async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the
     assert_eq!(state(&s.db.pool, busy).await, applied("RELEASED"));
     assert_eq!(stock(&s.db.pool, 1).await, 5);
 }
+
+/// A transaction on `pool` that holds product `product_id`'s row, as a writer stuck in the
+/// database (paused with its transaction open) does, until it is dropped.
+async fn hold_row(pool: &PgPool, product_id: i64) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.expect("a transaction");
+    sqlx::query("SELECT 1 FROM products WHERE product_id = $1 FOR UPDATE")
+        .bind(product_id)
+        .execute(&mut *tx)
+        .await
+        .expect("the row lock");
+    tx
+}
+
+#[tokio::test]
+async fn a_product_row_held_by_a_stuck_transaction_holds_back_only_the_events_that_need_it() {
+    let s = setup(&[(1, 5), (2, 5)]).await;
+    let placed = Uuid::now_v7();
+    let first = [created(placed, &[(1, 2)])];
+    let first = platform::messaging::consumer::handle(&s.handler, &first).await;
+    assert_eq!(labels(&first), ["applied"]);
+
+    let stuck = hold_row(&s.db.pool, 1).await;
+    let (waiting, free) = (Uuid::now_v7(), Uuid::now_v7());
+    let batch = [
+        created(waiting, &[(1, 1)]),
+        // Its give-back needs product 1's row too.
+        cancelled(placed),
+        created(free, &[(2, 1)]),
+        cancelled(waiting),
+    ];
+    // Bounded: before, the batch's stock update waited for as long as the row was held.
+    let outcomes = tokio::time::timeout(
+        Duration::from_secs(60),
+        platform::messaging::consumer::handle(&s.handler, &batch),
+    )
+    .await
+    .expect("the batch does not wait for the held row");
+    assert_eq!(
+        labels(&outcomes),
+        ["contended", "contended", "applied", "contended"]
+    );
+    assert_eq!(state(&s.db.pool, free).await, applied("APPLIED"));
+    assert_eq!(state(&s.db.pool, placed).await, applied("APPLIED"));
+
+    stuck.rollback().await.expect("rollback");
+    let again = [batch[0].clone(), batch[1].clone(), batch[3].clone()];
+    assert_eq!(
+        labels(&platform::messaging::consumer::handle(&s.handler, &again).await),
+        ["applied"; 3]
+    );
+    assert_eq!(state(&s.db.pool, placed).await, applied("RELEASED"));
+    assert_eq!(state(&s.db.pool, waiting).await, applied("RELEASED"));
+    assert_eq!(
+        (stock(&s.db.pool, 1).await, stock(&s.db.pool, 2).await),
+        (5, 4)
+    );
+}
+
+#[tokio::test]
+async fn a_batch_takes_no_lock_per_order() {
+    // PostgreSQL's lock table holds 64 x max_connections locks for all sessions together; a
+    // lock per order of a batch of 256, times every consumer channel, could fill it.
+    let s = setup(&[(1, 500)]).await;
+    sqlx::raw_sql(
+        "CREATE TABLE advisory_locks_seen (held bigint NOT NULL);
+         CREATE FUNCTION count_advisory_locks() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO advisory_locks_seen SELECT count(*) FROM pg_locks
+              WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER count_advisory_locks AFTER INSERT ON reservations
+         FOR EACH STATEMENT EXECUTE FUNCTION count_advisory_locks();",
+    )
+    .execute(&s.db.pool)
+    .await
+    .expect("a trigger");
+    let batch: Vec<Message> = (0..100)
+        .map(|_| created(Uuid::now_v7(), &[(1, 1)]))
+        .collect();
+    let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
+    assert_eq!(labels(&outcomes), ["applied"; 100]);
+    let seen: Vec<i64> = sqlx::query_scalar("SELECT held FROM advisory_locks_seen")
+        .fetch_all(&s.db.pool)
+        .await
+        .expect("the counts");
+    assert_eq!(seen, [0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_creation_and_its_cancellation_in_two_batches_at_once_keep_the_saga_rules() {
+    let s = setup(&[(1, 1000)]).await;
+    let orders: Vec<Uuid> = (0..40).map(|_| Uuid::now_v7()).collect();
+    let creations: Vec<Message> = orders.iter().map(|o| created(*o, &[(1, 1)])).collect();
+    let cancellations: Vec<Message> = orders.iter().map(|o| cancelled(*o)).collect();
+    // Two channels, one with the creations and one with the cancellations, each trying
+    // again what was contended, as the consumer loop does.
+    let until_done = |handler: OrderEvents, mut left: Vec<Message>| async move {
+        while !left.is_empty() {
+            let outcomes = platform::messaging::consumer::handle(&handler, &left).await;
+            left = left
+                .into_iter()
+                .zip(&outcomes)
+                .filter(|(_, outcome)| {
+                    assert!(
+                        !matches!(outcome, Err(e) if !matches!(e, platform::messaging::consumer::ConsumeError::Contention(_))),
+                        "{outcome:?}"
+                    );
+                    outcome.is_err()
+                })
+                .map(|(message, _)| message)
+                .collect();
+        }
+    };
+    tokio::join!(
+        until_done(s.handler.clone(), creations),
+        until_done(s.handler.clone(), cancellations)
+    );
+    for order_id in &orders {
+        let (state, _) = state(&s.db.pool, *order_id).await.expect("a reservation");
+        assert!(
+            state == "CANCELLED" || state == "RELEASED",
+            "{order_id}: {state}"
+        );
+    }
+    assert_eq!(
+        stock(&s.db.pool, 1).await,
+        1000,
+        "everything given back, once"
+    );
+}

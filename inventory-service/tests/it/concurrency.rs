@@ -26,15 +26,15 @@ async fn two_hundred_concurrent_deductions_on_a_stock_of_fifty_apply_exactly_fif
     assert_eq!(app.deductions.stats().waiting, 0);
 }
 
-/// The row of `product` as a writer reads it before deciding.
+/// The row of `product` as a writer that does not lock it reads it before deciding.
 async fn stock_of(conn: &mut sqlx::PgConnection, product: ProductId) -> stock::queries::StockRow {
-    let rows = stock::queries::read_all(conn, &[product])
-        .await
-        .expect("read");
-    rows.into_iter()
-        .find(|(id, _)| *id == product)
-        .map(|(_, row)| row)
-        .expect("the row")
+    let (stock, version): (i64, i64) =
+        sqlx::query_as("SELECT stock, version FROM products WHERE product_id = $1")
+            .bind(product.0)
+            .fetch_one(conn)
+            .await
+            .expect("read");
+    stock::queries::StockRow { stock, version }
 }
 
 /// One unit less, conditional on the version `read` saw.

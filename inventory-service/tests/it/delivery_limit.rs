@@ -1,25 +1,15 @@
 //! Contention is not failure (docs/contract.md §4.2, §4.3 invariant 5): a product lock held elsewhere
-//! for far longer than the delivery limit's worth of lock waits never dead-letters a valid
-//! order; a message that truly keeps failing is still dead-lettered after the delivery limit
-//! instead of being requeued forever.
+//! for far longer than the failure limit's worth of lock waits never dead-letters a valid
+//! order; a message that truly keeps failing is still dead-lettered after its failure limit
+//! (counted by the service) instead of being requeued forever.
 
 use std::time::Duration;
 
-use inventory_service::stock::lock::LockOptions;
-use shared::ids::ProductId;
 use shared::keys;
 use testkit::{AmqpProbe, eventually};
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, publish_order_created, refuse_reservations_of};
-
-async fn reservation_state(app: &TestApp, order_id: Uuid) -> Option<String> {
-    sqlx::query_scalar("SELECT state FROM reservations WHERE order_id = $1")
-        .bind(order_id)
-        .fetch_optional(&app.db)
-        .await
-        .expect("a lookup")
-}
 
 /// Deliveries put back because the product's lock was held elsewhere, so far.
 async fn contended(app: &TestApp) -> f64 {
@@ -37,12 +27,7 @@ async fn a_lock_held_elsewhere_for_long_delays_a_valid_order_but_never_dead_lett
     let app = TestApp::spawn_with(|c| c.lock_wait = Duration::from_millis(100)).await;
     app.create_product(1, 10).await;
     // Another process holds the product's lock (and keeps renewing it).
-    let other_process = app.locker(LockOptions {
-        ttl: Duration::from_secs(5),
-        wait: Duration::from_secs(5),
-        renew: true,
-    });
-    let held = other_process.acquire(ProductId(1)).await.expect("the lock");
+    let held = app.lock_held_elsewhere(1).await;
     let before = contended(&app).await;
 
     let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
@@ -51,20 +36,16 @@ async fn a_lock_held_elsewhere_for_long_delays_a_valid_order_but_never_dead_lett
 
     // Held through many more tries than the delivery limit (each try would have been a lock
     // wait and a requeue before): counted, not timed.
-    let tries = 4.0 * keys::DELIVERY_LIMIT as f64;
+    let tries = 4.0 * f64::from(platform::messaging::consumer::FAILURE_LIMIT);
     eventually(Duration::from_secs(60), || async {
         (contended(&app).await - before >= tries).then_some(())
     })
     .await;
-    assert_eq!(
-        reservation_state(&app, order_id).await,
-        None,
-        "still waiting"
-    );
+    assert_eq!(app.reservation_state(order_id).await, None, "still waiting");
     held.release().await;
 
     eventually(Duration::from_secs(30), || async {
-        reservation_state(&app, order_id)
+        app.reservation_state(order_id)
             .await
             .filter(|s| s == "APPLIED")
     })
@@ -75,7 +56,7 @@ async fn a_lock_held_elsewhere_for_long_delays_a_valid_order_but_never_dead_lett
 }
 
 #[tokio::test]
-async fn a_message_that_keeps_failing_is_dead_lettered_after_the_delivery_limit() {
+async fn a_message_that_keeps_failing_is_dead_lettered_after_its_failure_limit() {
     let app = TestApp::spawn().await;
     app.create_product(1, 10).await;
     let order_id = Uuid::now_v7();
@@ -95,5 +76,14 @@ async fn a_message_that_keeps_failing_is_dead_lettered_after_the_delivery_limit(
         "not requeued any more"
     );
     assert_eq!(app.stock(1).await, 10, "nothing deducted");
-    assert_eq!(reservation_state(&app, order_id).await, None);
+    assert_eq!(app.reservation_state(order_id).await, None);
+    let failures: Vec<i32> = sqlx::query_scalar("SELECT failures FROM message_failures")
+        .fetch_all(&app.db)
+        .await
+        .expect("the counts");
+    assert_eq!(
+        failures,
+        [platform::messaging::consumer::FAILURE_LIMIT],
+        "counted by the service, each failure once"
+    );
 }

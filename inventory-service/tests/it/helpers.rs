@@ -138,6 +138,28 @@ impl TestApp {
         self.get("/metrics").await.text().await.expect("a body")
     }
 
+    /// The state of `order_id`'s reservation, if inventory has one.
+    pub async fn reservation_state(&self, order_id: Uuid) -> Option<String> {
+        sqlx::query_scalar("SELECT state FROM reservations WHERE order_id = $1")
+            .bind(order_id)
+            .fetch_optional(&self.db)
+            .await
+            .expect("a lookup")
+    }
+
+    /// `product`'s lock, held (and renewed) by another process until the guard is released.
+    pub async fn lock_held_elsewhere(&self, product: i64) -> inventory_service::stock::lock::Locks {
+        let other_process = self.locker(LockOptions {
+            ttl: Duration::from_secs(5),
+            wait: Duration::from_secs(5),
+            renew: true,
+        });
+        other_process
+            .acquire(shared::ids::ProductId(product))
+            .await
+            .expect("the lock")
+    }
+
     /// A locker on the same Redis and key prefix as the service.
     pub fn locker(&self, options: LockOptions) -> Locker {
         let redis =

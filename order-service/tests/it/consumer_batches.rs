@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 const PREFETCH: u16 = 8;
 const MESSAGES: usize = 30;
-/// How many times the contended message finds its resource busy.
-const BUSY_TRIES: u32 = 3 * keys::DELIVERY_LIMIT as u32;
+/// How many times the contended message finds its resource busy: past its round budget
+/// twice, so it is sent back to the queue on the way (a fresh delivery each time).
+const BUSY_TRIES: u32 = 2 * platform::messaging::consumer::KEPT_ROUNDS + 1;
 
 #[derive(Clone, Default)]
 struct Recording {

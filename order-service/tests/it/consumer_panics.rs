@@ -1,5 +1,5 @@
 //! A handler that panics fails its own delivery only: the message is retried, then
-//! dead-lettered at the delivery limit, and the deliveries around it are handled as usual,
+//! dead-lettered at its failure limit (counted by its message id), and the deliveries around it are handled as usual,
 //! even when they came in the same batch (the batch is handled again message by message).
 
 use std::sync::Arc;
@@ -39,6 +39,10 @@ impl Handler for PanicsOnBoom {
     }
 }
 
+fn message_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
 #[tokio::test]
 async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
     testkit::init_logs();
@@ -51,10 +55,20 @@ async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
     let handler = PanicsOnBoom::default();
     // Queued before the consumer starts, so they can arrive together in one batch.
     probe
-        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"boom", None)
+        .publish(
+            keys::ORDERS_EXCHANGE,
+            keys::ORDER_CREATED,
+            b"boom",
+            Some(&message_id()),
+        )
         .await;
     probe
-        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"fine", None)
+        .publish(
+            keys::ORDERS_EXCHANGE,
+            keys::ORDER_CREATED,
+            b"fine",
+            Some(&message_id()),
+        )
         .await;
     let consumer = tokio::spawn(platform::messaging::consumer::run(
         broker,
@@ -82,7 +96,12 @@ async fn a_panicking_handler_costs_its_own_delivery_and_nothing_else() {
     );
 
     probe
-        .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, b"after", None)
+        .publish(
+            keys::ORDERS_EXCHANGE,
+            keys::ORDER_CREATED,
+            b"after",
+            Some(&message_id()),
+        )
         .await;
     eventually(Duration::from_secs(10), || async {
         (handler.handled.load(Ordering::SeqCst) == 2).then_some(())

@@ -10,7 +10,8 @@ use super::edge::RETRY_AFTER_SECS;
 /// A database error, sorted by what it tells the client.
 #[derive(Debug, thiserror::Error)]
 pub enum DatabaseError {
-    /// Every connection stayed busy for the whole acquire timeout: overload, not a bug.
+    /// Every connection stayed busy for the whole acquire timeout, or a row stayed locked for
+    /// the whole lock timeout: overload or a stuck writer, not a bug.
     /// 503 `busy` with `Retry-After`; the request changed nothing and can be sent again.
     #[error("the database is busy; retry shortly")]
     Busy,
@@ -23,9 +24,19 @@ impl From<sqlx::Error> for DatabaseError {
     fn from(error: sqlx::Error) -> Self {
         match error {
             sqlx::Error::PoolTimedOut => Self::Busy,
+            // A lock another transaction held past the session's `lock_timeout`: nothing
+            // changed, and the same request a moment later will likely go through.
+            other if lock_not_available(&other) => Self::Busy,
             other => Self::Failed(other),
         }
     }
+}
+
+fn lock_not_available(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "55P03")
 }
 
 impl DatabaseError {
@@ -43,7 +54,9 @@ impl IntoResponse for DatabaseError {
     fn into_response(self) -> Response {
         let problem = self.problem();
         match &self {
-            Self::Busy => tracing::warn!("request refused as busy: the database pool is exhausted"),
+            Self::Busy => tracing::warn!(
+                "request refused as busy: the database pool is exhausted, or a row stayed locked"
+            ),
             Self::Failed(error) => tracing::error!(?error, "request failed"),
         }
         let mut response = problem.into_response();

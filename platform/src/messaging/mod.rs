@@ -3,6 +3,7 @@
 
 pub mod background;
 pub mod broker;
+mod confirms;
 pub mod consumer;
 pub mod linger;
 pub mod outbox;

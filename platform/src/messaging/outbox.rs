@@ -170,6 +170,16 @@ async fn sweep_old_rows(
         .execute(db)
     })
     .await?;
+    delete_in_batches(batch, shutdown, || {
+        sqlx::query!(
+            "DELETE FROM message_failures WHERE message_id IN (SELECT message_id FROM message_failures
+             WHERE updated_at < now() - make_interval(secs => $1) LIMIT $2)",
+            keep,
+            batch,
+        )
+        .execute(db)
+    })
+    .await?;
     Ok(())
 }
 

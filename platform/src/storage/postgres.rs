@@ -18,6 +18,15 @@ use primary::Primary;
 /// waits on anything but the database for anywhere near this long.
 pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
 
+/// The longest any statement of the services waits for a lock (a row another transaction
+/// holds) before it fails with SQLSTATE 55P03, which both services treat as contention: a
+/// consumer keeps the message for a later batch, `POST /deductions` tries again within its
+/// request time, then answers 503 `busy`. No transaction of the services holds a row for
+/// anywhere near this long unless its holder is stuck (paused with its transaction open, for
+/// up to [`IDLE_IN_TRANSACTION_TIMEOUT`]); waiting on it would stall the waiter with it.
+/// Migrations wait without a limit.
+pub const LOCK_TIMEOUT: &str = "1s";
+
 /// Every statement planned for the values it runs with. sqlx prepares a statement once per
 /// connection, and PostgreSQL moves a prepared statement to a generic plan after five runs;
 /// made while a table is still small (a fresh database, or one whose statistics were never
@@ -86,9 +95,24 @@ pub async fn connect_and_migrate(
         .connect_with(session_options(primary.chosen()))
         .await
         .context("connecting to PostgreSQL")?;
-    migrator.run(&pool).await.context("applying migrations")?;
+    migrate(&pool, migrator).await?;
     tokio::spawn(primary.watch(pool.clone(), Some(found), session_options));
     Ok(pool)
+}
+
+/// Applies `migrator` on a pooled connection, with no limit on lock waits: another
+/// instance starting at once holds sqlx's migration lock for as long as its migrations run.
+async fn migrate(pool: &PgPool, migrator: &Migrator) -> anyhow::Result<()> {
+    let mut conn = pool.acquire().await.context("connecting to PostgreSQL")?;
+    sqlx::query("SET lock_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    let migrated = migrator.run(&mut *conn).await;
+    // Back to the session's own limit before the connection returns to the pool.
+    sqlx::query("RESET lock_timeout")
+        .execute(&mut *conn)
+        .await?;
+    migrated.context("applying migrations")
 }
 
 /// A host's options as the pool's sessions use them.
@@ -99,6 +123,7 @@ fn session_options(host: &PgConnectOptions) -> PgConnectOptions {
                 "idle_in_transaction_session_timeout",
                 IDLE_IN_TRANSACTION_TIMEOUT,
             ),
+            ("lock_timeout", LOCK_TIMEOUT),
             ("plan_cache_mode", PLAN_CACHE_MODE),
         ])
         .log_statements(tracing::log::LevelFilter::Trace)

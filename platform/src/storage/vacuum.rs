@@ -12,8 +12,9 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-/// Tables every service churns: `outbox` (sent rows) and `processed_messages` (retention).
-pub const SHARED_TABLES: [&str; 2] = ["outbox", "processed_messages"];
+/// Tables every service churns: `outbox` (sent rows), `processed_messages` and
+/// `message_failures` (retention).
+pub const SHARED_TABLES: [&str; 3] = ["outbox", "processed_messages", "message_failures"];
 
 /// Every `every`, vacuums [`SHARED_TABLES`] and `own_tables` if autovacuum is off; until
 /// `shutdown`.

@@ -33,6 +33,13 @@ static TRY_MANY: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// How long a batch waits in this process's queue for a product's turn. Direct deductions
+/// of a hot product come in batches, one after another, each taking the product's turn; a
+/// batch of order events that only tried the turn would find it taken for as long as the
+/// stream lasts. Waiting in the same FIFO gets it the turn after the batch in hand: a few
+/// milliseconds.
+pub const TURN_WAIT: Duration = Duration::from_millis(50);
+
 /// The locks a batch could take, and the products it could not.
 #[derive(Debug)]
 pub struct Partial {
@@ -45,9 +52,9 @@ pub struct Partial {
 impl Locker {
     /// Takes every free lock among `products` (duplicates ignored) in one Redis round trip,
     /// ascending ids, and reports the busy ones instead of waiting for them: a batch goes on
-    /// with what it could lock. A product another task of this process holds or queues for
-    /// is busy too (the batch does not jump the local queue). When Redis fails, the locks
-    /// are bypassed as in [`Locker::acquire_all`].
+    /// with what it could lock. A product another task of this process holds is waited for
+    /// in the local queue for [`TURN_WAIT`] at most, then busy too. When Redis fails, the
+    /// locks are bypassed as in [`Locker::acquire_all`].
     pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
         let inner = &self.inner;
         let started = Instant::now();
@@ -55,8 +62,12 @@ impl Locker {
         let mut busy = Vec::new();
         let mut ids = Vec::new();
         let mut turns = Vec::new();
+        // Ascending ids, as every task of this process enters, so none waits on another in a
+        // cycle; and each for a moment at most, so one busy product holds the batch back by
+        // [`TURN_WAIT`] and no more.
+        let deadline = started + TURN_WAIT;
         for id in sorted_unique(products) {
-            match inner.local.try_enter(&[id]) {
+            match inner.local.enter(&[id], deadline).await {
                 Some(mut turn) => {
                     ids.push(id);
                     turns.append(&mut turn);

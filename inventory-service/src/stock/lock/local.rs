@@ -137,21 +137,6 @@ impl LocalQueues {
         Some(turns)
     }
 
-    /// This process's turn on every product of `sorted_ids` at once, or `None` (nothing
-    /// taken) when another task holds or awaits any of them.
-    pub fn try_enter(&self, sorted_ids: &[ProductId]) -> Option<Turns> {
-        let mut turns = Vec::with_capacity(sorted_ids.len());
-        for id in sorted_ids {
-            let queue = self.queue(*id);
-            if queue.waiting.load(Ordering::SeqCst) > 0 {
-                return None;
-            }
-            let guard = queue.turn.clone().try_lock_owned().ok()?;
-            turns.push(Turn { guard, queue });
-        }
-        Some(turns)
-    }
-
     fn queue(&self, id: ProductId) -> Arc<Queue> {
         let mut queues = self
             .queues
@@ -186,6 +171,13 @@ mod tests {
             queues.enter(&[ProductId(3)], soon).await.is_some(),
             "other products are free"
         );
+        assert!(
+            queues
+                .enter(&[ProductId(4)], Instant::now())
+                .await
+                .is_some(),
+            "a free product's turn is taken even at the deadline"
+        );
         drop(first);
         assert!(
             queues
@@ -193,19 +185,5 @@ mod tests {
                 .await
                 .is_some()
         );
-    }
-
-    #[tokio::test]
-    async fn trying_takes_every_turn_or_none() {
-        let queues = LocalQueues::default();
-        let held = queues.try_enter(&[ProductId(2)]).expect("a free product");
-        assert!(queues.try_enter(&[ProductId(1), ProductId(2)]).is_none());
-        let far = Instant::now() + Duration::from_secs(5);
-        assert!(
-            queues.enter(&[ProductId(1)], far).await.is_some(),
-            "the failed try left product 1 free"
-        );
-        drop(held);
-        assert!(queues.try_enter(&[ProductId(1), ProductId(2)]).is_some());
     }
 }

@@ -10,34 +10,54 @@ use tracing::{Instrument, Span};
 use super::{ConsumeError, Handler, Message, Outcome};
 use crate::telemetry::TraceContext;
 
+/// The header a message sent back to its queue carries its first routing key in.
+pub(super) const ROUTING_KEY_HEADER: &str = "x-first-routing-key";
+
 /// A delivery, the message handlers see, and the span its logs go to.
 #[derive(Debug)]
 pub struct Received {
     pub(super) delivery: Delivery,
     pub(super) message: Message,
     pub(super) span: Span,
+    /// The id the publisher gave it (the event id), by which its failures are counted.
+    pub(super) message_id: Option<uuid::Uuid>,
+    /// Rounds it has been kept in process for contention so far ([`super::send_back`]).
+    pub(super) rounds: u32,
 }
 
 impl Received {
     pub(super) fn new(delivery: Delivery) -> Self {
         let headers = delivery.properties.headers().clone().unwrap_or_default();
         let previous_deliveries = header_i64(&headers, "x-delivery-count").unwrap_or(0);
+        // A message this consumer sent back to its queue went by the default exchange, under
+        // the queue's name: its header keeps the key it was first published with.
+        let routing_key = match headers.inner().get(ROUTING_KEY_HEADER) {
+            Some(AMQPValue::LongString(key)) => {
+                String::from_utf8_lossy(key.as_bytes()).into_owned()
+            }
+            _ => delivery.routing_key.to_string(),
+        };
+        let message_id = delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .and_then(|id| id.as_str().parse().ok());
         // A consumer span (OpenTelemetry's messaging conventions), open until the delivery
         // is settled, child of the span that published it.
         let span = tracing::info_span!(
             "message",
-            otel.name = %format_args!("{} process", delivery.routing_key),
+            otel.name = %format_args!("{routing_key} process"),
             otel.kind = "consumer",
             messaging.system = "rabbitmq",
             "messaging.operation.type" = "process",
-            routing_key = %delivery.routing_key,
+            routing_key = %routing_key,
             message_id = delivery.properties.message_id().as_ref().map(|m| m.as_str()).unwrap_or_default(),
             trace_id = tracing::field::Empty,
         );
         let trace = TraceContext::extract(&AmqpHeaders(&headers)).parent_of(&span);
         span.record("trace_id", trace.trace_id().as_str());
         let message = Message {
-            routing_key: delivery.routing_key.to_string(),
+            routing_key,
             body: delivery.data.clone(),
             trace,
             previous_deliveries,
@@ -46,6 +66,8 @@ impl Received {
             delivery,
             message,
             span,
+            message_id,
+            rounds: 0,
         }
     }
 }

@@ -5,13 +5,16 @@
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::options::{
+    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
+};
 use lapin::types::FieldTable;
 use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{self, Received};
+use super::send_back::{KEPT_ROUNDS, send_back};
 use super::{ConsumerSettings, Handler, settle};
 use crate::retry::backoff;
 
@@ -29,13 +32,17 @@ pub(super) enum Ended {
     Lost(Option<lapin::Error>),
 }
 
-/// Opens channel `n` on `conn` with the consumer's QoS and subscribes it to the queue.
+/// Opens channel `n` on `conn` with the consumer's QoS and subscribes it to the queue. The
+/// channel confirms publishes: it sends kept messages back ([`super::send_back`]).
 pub(super) async fn subscribe(
     conn: &lapin::Connection,
     n: usize,
     settings: &ConsumerSettings,
 ) -> lapin::Result<(lapin::Channel, lapin::Consumer)> {
     let channel = conn.create_channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
     channel
         .basic_qos(settings.prefetch, BasicQosOptions::default())
         .await?;
@@ -48,6 +55,28 @@ pub(super) async fn subscribe(
         )
         .await?;
     Ok((channel, consumer))
+}
+
+/// Counts a round against every kept message and sends back those whose budget is spent;
+/// what stays kept, in arrival order.
+async fn spend_a_round(
+    channel: &lapin::Channel,
+    queue: &str,
+    kept: Vec<Received>,
+) -> Vec<Received> {
+    let (due, mut kept): (Vec<Received>, Vec<Received>) = kept
+        .into_iter()
+        .map(|mut received| {
+            received.rounds += 1;
+            received
+        })
+        .partition(|received| received.rounds >= KEPT_ROUNDS);
+    if due.is_empty() {
+        return kept;
+    }
+    kept.extend(send_back(channel, queue, due).await);
+    kept.sort_by_key(|received| received.delivery.delivery_tag);
+    kept
 }
 
 /// Channel `n`'s consumer tag: the consumer's own, numbered.
@@ -124,6 +153,7 @@ pub(super) async fn consume<H: Handler>(
         previous_start = Some(Instant::now());
         let outcomes = batch::handle_received(handler, &batch).await;
         kept = settle::settle(batch, outcomes, db, shutdown).await;
+        kept = spend_a_round(&channel, settings.queue, kept).await;
         contended_rounds = if kept.is_empty() {
             0
         } else {

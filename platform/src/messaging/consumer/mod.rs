@@ -11,13 +11,16 @@
 //! - Acks only after the handler's transaction committed (the handler returns after commit),
 //!   contiguous successes with one `basic_ack(multiple)`.
 //! - A message the handler cannot parse is rejected without requeue: the queue dead-letters
-//!   it at once. A handler failure is nacked with requeue after a pause; the queue's delivery
-//!   limit dead-letters a message that keeps failing. While PostgreSQL itself is unreachable
-//!   the loop waits for it before nacking, so an outage does not burn through the delivery
-//!   limit of healthy messages.
+//!   it at once. A handler failure is counted against the message's id in the database and
+//!   nacked with requeue after a pause; the [`FAILURE_LIMIT`]th is rejected instead
+//!   ([`failures`]: the broker's delivery count also grows with every crash of a consumer
+//!   holding the message, so it is only a backstop). While PostgreSQL itself is unreachable
+//!   the loop waits for it before nacking, so an outage does not spend anything.
 //! - Contention (a busy lock, a lost race) is not failure: the message is kept unacked in
 //!   this process and handled again with the next batch. A nack would count as a delivery on
-//!   a quorum queue and spend the delivery limit of a valid message.
+//!   a quorum queue and spend the delivery limit of a valid message. After [`KEPT_ROUNDS`]
+//!   rounds it is sent back to the tail of its queue ([`send_back`]), so one busy product
+//!   never fills the prefetch window.
 //! - A batch that fails as a whole (an error other than contention, a panic, a wrong number
 //!   of outcomes) is applied again one message at a time, so each message gets its own
 //!   verdict: only a message that is itself poison is dead-lettered, only one that itself
@@ -27,7 +30,9 @@
 
 mod batch;
 mod channel;
+mod failures;
 mod resubscribe;
+mod send_back;
 mod settle;
 
 use std::future::Future;
@@ -41,6 +46,8 @@ use crate::messaging::linger::Linger;
 use crate::telemetry::TraceContext;
 
 pub use batch::{Received, handle};
+pub use failures::FAILURE_LIMIT;
+pub use send_back::{KEPT_ROUNDS, MESSAGES_SENT_BACK_TOTAL};
 
 pub const MESSAGES_CONSUMED_TOTAL: &str = "messages_consumed_total";
 /// Consumer channels subscribed again after theirs ended while the service ran.
@@ -70,6 +77,12 @@ pub fn register_metrics() {
          cancelled, connection lost) while the service ran"
     );
     crate::telemetry::metrics::zero_counter(CONSUMER_CHANNELS_REPLACED_TOTAL, "", &[]);
+    metrics::describe_counter!(
+        MESSAGES_SENT_BACK_TOTAL,
+        "Messages kept for contention through their whole round budget, then published again \
+         to the tail of their queue (same message id) and acked"
+    );
+    crate::telemetry::metrics::zero_counter(MESSAGES_SENT_BACK_TOTAL, "", &[]);
 }
 
 /// One delivery, as handlers see it.

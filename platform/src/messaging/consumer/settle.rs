@@ -7,11 +7,13 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::Received;
+use super::failures::{self, FAILURE_LIMIT};
 use super::{ConsumeError, MESSAGES_CONSUMED_TOTAL, Outcome, result_label};
 use crate::retry::backoff;
 
-/// Rejects poison, acks successes, nacks failures after a pause, and gives back the
-/// deliveries kept for contention (still unacked), in their order.
+/// Rejects poison, acks successes, counts failures (after a pause) and nacks them, or
+/// dead-letters the ones that reached [`FAILURE_LIMIT`], and gives back the deliveries kept
+/// for contention (still unacked), in their order.
 pub(super) async fn settle(
     batch: Vec<Received>,
     outcomes: Vec<Outcome>,
@@ -25,21 +27,18 @@ pub(super) async fn settle(
     for (received, outcome) in batch.into_iter().zip(outcomes) {
         let _span = received.span.clone().entered();
         let outcome = outcome.map_err(ConsumeError::normalized);
-        metrics::counter!(MESSAGES_CONSUMED_TOTAL, "result" => result_label(&outcome)).increment(1);
+        // A failure is counted once it is known whether it was the message's last.
+        if !matches!(outcome, Err(ConsumeError::Retry(_))) {
+            metrics::counter!(MESSAGES_CONSUMED_TOTAL, "result" => result_label(&outcome))
+                .increment(1);
+        }
         match outcome {
             Ok(_) => acks.push(received),
             Err(ConsumeError::Poison(reason)) => {
                 tracing::error!(reason, "dead-lettering a message that cannot be handled");
                 poison.push(received);
             }
-            Err(ConsumeError::Retry(error)) => {
-                tracing::warn!(
-                    error = format!("{error:#}"),
-                    previous_deliveries = received.message.previous_deliveries,
-                    "handling failed; will retry"
-                );
-                retries.push(received);
-            }
+            Err(ConsumeError::Retry(error)) => retries.push((received, format!("{error:#}"))),
             Err(ConsumeError::Contention(reason)) => {
                 tracing::debug!(reason, "contended; trying again with the next batch");
                 kept.push(received);
@@ -55,6 +54,7 @@ pub(super) async fn settle(
     }
     let unsettled: Vec<u64> = retries
         .iter()
+        .map(|(r, _)| r)
         .chain(&kept)
         .map(|r| r.delivery.delivery_tag)
         .collect();
@@ -71,22 +71,68 @@ pub(super) async fn settle(
     if !retries.is_empty() {
         let most = retries
             .iter()
-            .map(|r| r.message.previous_deliveries)
+            .map(|(r, _)| r.message.previous_deliveries)
             .max()
             .unwrap_or(0);
         wait_before_retry(db, most, shutdown).await;
-        for received in retries {
-            let nacked = received
+        retry_or_dead_letter(db, retries).await;
+    }
+    kept
+}
+
+/// Counts each failure against its message id, then nacks it (requeued), or rejects it
+/// (dead-lettered) when that was its [`FAILURE_LIMIT`]th. When the count cannot be written
+/// (PostgreSQL went away again), the message is requeued uncounted: the queue's delivery
+/// limit is the backstop.
+async fn retry_or_dead_letter(db: &PgPool, retries: Vec<(Received, String)>) {
+    let failed: Vec<(uuid::Uuid, String)> = retries
+        .iter()
+        .filter_map(|(r, error)| Some((r.message_id?, error.clone())))
+        .collect();
+    let counts = failures::count(db, &failed).await.unwrap_or_else(|error| {
+        tracing::warn!(%error, "could not count the failures; requeueing them uncounted");
+        Default::default()
+    });
+    for (received, error) in retries {
+        let failures = received
+            .message_id
+            .and_then(|id| counts.get(&id).copied())
+            .unwrap_or(0);
+        let last = failures >= FAILURE_LIMIT;
+        let result = if last { "dead_lettered" } else { "retried" };
+        metrics::counter!(MESSAGES_CONSUMED_TOTAL, "result" => result).increment(1);
+        received.span.in_scope(|| {
+            if last {
+                tracing::error!(
+                    error,
+                    failures,
+                    "dead-lettering a message that keeps failing"
+                );
+            } else {
+                tracing::warn!(
+                    error,
+                    failures,
+                    previous_deliveries = received.message.previous_deliveries,
+                    "handling failed; will retry"
+                );
+            }
+        });
+        let settled = if last {
+            received
+                .delivery
+                .reject(BasicRejectOptions { requeue: false })
+                .await
+        } else {
+            received
                 .delivery
                 .nack(BasicNackOptions {
                     requeue: true,
                     multiple: false,
                 })
-                .await;
-            report(nacked.map(drop));
-        }
+                .await
+        };
+        report(settled.map(drop));
     }
-    kept
 }
 
 fn report(settled: lapin::Result<()>) {

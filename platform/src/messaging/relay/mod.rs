@@ -36,9 +36,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::messaging::broker::Broker;
+use crate::messaging::confirms;
 use crate::messaging::linger::Linger;
 use crate::messaging::outbox::OutboxSignal;
-mod confirms;
 mod publish;
 
 use publish::{properties, publish_span, record_failure};

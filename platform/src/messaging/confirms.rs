@@ -1,4 +1,5 @@
-//! Collecting the broker's confirms of a batch the relay sent, against one deadline: a broker
+//! Collecting the broker's confirms of a batch sent on a confirm channel (the relay's, and a
+//! consumer's sending back what it kept too long), against one deadline: a broker
 //! that confirms nothing (a quorum queue without a leader) costs the batch one timeout, not
 //! one per message.
 
@@ -8,7 +9,7 @@ use std::time::Duration;
 use lapin::Confirmation;
 
 /// What the broker said of one message; `Err` with why it counts as a failed attempt.
-pub(super) struct Confirmed {
+pub(crate) struct Confirmed {
     pub outcome: Result<(), String>,
     /// The channel should not be used again (it failed, or stopped confirming).
     pub channel_broken: bool,
@@ -16,7 +17,7 @@ pub(super) struct Confirmed {
 
 /// Each publish's confirm in order, all waited for until `timeout` after the first wait:
 /// once it passes, every confirm not in yet counts as missing.
-pub(super) async fn collect<F>(
+pub(crate) async fn collect<F>(
     publishes: Vec<Result<F, lapin::Error>>,
     timeout: Duration,
 ) -> Vec<Confirmed>
