@@ -74,9 +74,11 @@ class Checker:
         self.notes = []
         self.stats = collections.Counter()
 
-    def violate(self, rule, message, seqs, context_seqs=()):
+    def violate(self, rule, message, seqs, context=None):
+        """Records a broken rule; `context` (a function giving more seqs for the excerpt) is
+        only called for the first violation."""
         self.violations.append({"rule": rule, "message": message, "seqs": list(seqs),
-                                "context": list(context_seqs)})
+                                "context": list(context()) if context and not self.violations else []})
 
     # ------------------------------------------------------------------ gathering
     def gather(self):
@@ -131,6 +133,8 @@ class Checker:
                 from urllib.parse import quote
                 path = f"/orders?user_id={user}&limit=100&after={quote(page['next'])}"
         self.stats["orders listed at the end"] = len(self.listed)
+        for order, _ in self.listed.values():
+            self.stats[f"orders {order['status']} at the end"] += 1
 
     # ------------------------------------------------------------------ orders
     def check_orders(self):
@@ -258,6 +262,7 @@ class Checker:
                 restocks[product].append((a, d, req_json(rs[0])["quantity"]))
         for rs in self.deductions.values():
             a, d, refused = self.outcome_times(rs)
+            self.stats["deductions " + ("applied" if d < INF else "refused" if refused else "unknown")] += 1
             if not refused and a < INF:
                 for item in req_json(rs[0])["items"]:
                     deductions[int(item["product_id"])].append((a, d, int(item["quantity"])))
@@ -311,7 +316,7 @@ class Checker:
                 upper = initial + r_a.before(e) - d_d.before(s) - held_now
                 lower = initial + r_d.before(s) - d_a.before(e) - possible.before(e)
                 if not lower <= stock + held <= upper:
-                    context = self.product_context(product_id, record)
+                    context = lambda p=product_id, r=record: self.product_context(p, r)  # noqa: E731
                     self.violate("stock-bounds",
                                  f"product {product_id} read stock {stock} + held {held} = {stock + held}, outside "
                                  f"[{lower}, {upper}] (initial {initial}; restocks acknowledged before the read "
@@ -343,7 +348,7 @@ class Checker:
                              f"{f' (+{restock_unknown} unknown)' if restock_unknown else ''} - direct deductions "
                              f"{deducted}{f' (+{deduct_unknown} unknown)' if deduct_unknown else ''} - confirmed orders "
                              f"{confirmed} = {expected}, but the final read has stock + held = {value}",
-                             [record["seq"]], self.product_context(product_id, record))
+                             [record["seq"]], lambda: self.product_context(product_id, record))
 
     def product_context(self, product_id, record, n=12):
         """The last requests before `record` that touched the product."""

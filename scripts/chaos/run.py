@@ -21,6 +21,7 @@ import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 import check  # noqa: E402
 import load  # noqa: E402
@@ -41,7 +42,7 @@ CI_SEED, CI_SECS, CI_EVERY = 20261202, 105, 15
 def schedule(seed, secs, every, ci=False):
     """The faults, drawn up front from random.Random(seed): one every `every` seconds."""
     rng = random.Random(seed)
-    longest = max(1.5, min(10.0, every - 6.0))
+    longest = max(LOCK_TTL_MS / 1000 + 1.0, min(10.0, every - 6.0))
     times = [t for t in range(every, secs, every) if t <= secs - 5]
     kinds = []
     while len(kinds) < len(times):
@@ -57,7 +58,8 @@ def schedule(seed, secs, every, ci=False):
         if kind == "kill":
             fault.update(target=rng.choice(INSTANCES), secs=round(rng.uniform(0.5, 3.0), 1))
         elif kind == "stop":
-            fault.update(target=rng.choice(INSTANCES), secs=round(rng.uniform(1.0, longest), 1))
+            # Past the lock's TTL, so a paused inventory instance loses the locks it holds.
+            fault.update(target=rng.choice(INSTANCES), secs=round(rng.uniform(LOCK_TTL_MS / 1000 + 0.5, longest), 1))
         elif kind == "cut":
             fault.update(target=rng.choice(INSTANCES), backing=rng.choice(BACKINGS),
                          secs=round(rng.uniform(1.0, longest), 1))
