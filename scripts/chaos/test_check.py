@@ -163,6 +163,9 @@ class CheckerTest(unittest.TestCase):
         history = clean()
         by_seq(history, 12)["body"] = json.dumps(product(9))
         self.assertIn("bank", rules(history))
+        text = check.report(check.check(history))
+        self.assertIn("### First violation", text)
+        self.assertIn('"seq":12', text)  # the offending read, quoted from the history
 
     def test_an_order_left_pending(self):
         history = clean()
