@@ -300,6 +300,7 @@ class Checker:
             holders = [o for o in os_ if o["final"] != "REJECTED"]
             possible = Prefix([(o["a"], o["q"]) for o in holders])
             definite = sorted((o for o in os_ if o["confirmed"] < INF), key=lambda o: o["confirmed"])
+            confirmed_times = [o["confirmed"] for o in definite]
             for record, product in product_reads:
                 self.stats["stock reads checked"] += 1
                 s, e = record["t0"], record["t1"]
@@ -311,8 +312,7 @@ class Checker:
                 if held != 0:
                     self.violate("stock-bounds", f"product {product_id} read with held {held}, but no hold was ever asked for",
                                  [record["seq"]])
-                held_now = sum(o["q"] for o in definite[:bisect.bisect_left([o["confirmed"] for o in definite], s)]
-                               if o["cancel"] > e)
+                held_now = sum(o["q"] for o in definite[:bisect.bisect_left(confirmed_times, s)] if o["cancel"] > e)
                 upper = initial + r_a.before(e) - d_d.before(s) - held_now
                 lower = initial + r_d.before(s) - d_a.before(e) - possible.before(e)
                 if not lower <= stock + held <= upper:
