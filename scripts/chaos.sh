@@ -13,8 +13,9 @@
 # Knobs: CHAOS_SEED (default random, printed), CHAOS_SECS (600), CHAOS_FAULT_EVERY (20),
 # CHAOS_BIN_DIR (the binaries; default ${CARGO_TARGET_DIR:-target}/debug, built when missing),
 # CHAOS_WORKERS (6), CHAOS_PORT_OFFSET (0; added to every port, to run two at once).
-# Every backing service is a private instance on ports of its own (PostgreSQL 45432, Redis
-# 46379, RabbitMQ 45672 and 45673, proxies 47000-47032 and 47999, services 48080-48083), stopped
+# Every backing service is a private instance on ports of its own (PostgreSQL 21432, Redis
+# 21379, RabbitMQ 21672 and 21673, proxies 22000-22032 and 22999, services 21080-21083, all
+# below the ephemeral port range), stopped
 # at the end; the machine's own are never touched.
 # Output: target/chaos/<UTC timestamp>-seed<N>/ (history.jsonl, schedule.json and .txt,
 # events.log, report.md, every service's and backing service's log). Exit status: 0 when the

@@ -78,13 +78,16 @@ class Stack:
         self.out, self.bin_dir = out, bin_dir
         self.work = tempfile.mkdtemp(prefix="chaos.", dir="/tmp")
         os.chmod(self.work, 0o755)
-        self.pg, self.redis, self.amqp = 45432 + offset, 46379 + offset, 45672 + offset
-        self.ports = {name: 48080 + offset + i for i, name in enumerate(["order-0", "inventory-0", "order-1", "inventory-1"])}
-        self.control = 47999 + offset
+        # Every port below the kernel's ephemeral range (32768-60999 by default): a port in it
+        # can be taken by an outgoing connection while its server is down, and the restart then
+        # fails with EADDRINUSE (it happened to RabbitMQ's start_app).
+        self.pg, self.redis, self.amqp = 21432 + offset, 21379 + offset, 21672 + offset
+        self.ports = {name: 21080 + offset + i for i, name in enumerate(["order-0", "inventory-0", "order-1", "inventory-1"])}
+        self.control = 22999 + offset
         self.proxied = {}
         for i, name in enumerate(INSTANCES):
             for j, backing in enumerate(BACKINGS):
-                self.proxied[f"{name}.{backing}"] = 47000 + offset + 10 * i + j
+                self.proxied[f"{name}.{backing}"] = 22000 + offset + 10 * i + j
         self.node = f"chaos{os.getpid()}@localhost"
         self.procs = {}
         self.proxy = None
