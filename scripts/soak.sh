@@ -43,28 +43,8 @@ work="$(mktemp -d /tmp/soak.XXXXXX)"
 chmod 755 "$work"
 log() { printf '%s  %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/events.log"; }
 
-# PostgreSQL and RabbitMQ refuse to run as root: run them as their own users when we are root.
-as_user() {
-  local user="$1"; shift
-  if [ "$(id -u)" = 0 ]; then runuser -u "$user" -- "$@"; else "$@"; fi
-}
-PGBIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
-PGBIN="${PGBIN:-$(dirname "$(command -v pg_ctl)")}"
-
 # ---------------------------------------------------------------- private backing services
-start_postgres() {
-  as_user postgres "$PGBIN/pg_ctl" -D "$work/pg" -l "$work/pg/server.log" -w \
-    -o "-p $PG_PORT -k $work/pg -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-}
-start_redis() {
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
-    --dir "$work" --pidfile "$work/redis.pid" --logfile "$out/redis.log"
-  for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return; sleep 0.1; done
-  echo "private Redis did not start" >&2; return 1
-}
-RABBIT_DIR="$work/rabbit"
-RABBIT_LOG_DIR="$out/rabbitmq"
-. scripts/lib/rabbitmq_node.sh
+. scripts/lib/backing.sh
 
 # ---------------------------------------------------------------- the services
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
@@ -100,8 +80,8 @@ cleanup() {
   for key in "${!PIDS[@]}"; do kill -CONT "${PIDS[$key]}" 2>/dev/null; kill "${PIDS[$key]}" 2>/dev/null; done
   wait 2>/dev/null
   rabbit_env rabbitmqctl -n "$RABBIT_NODE" -q stop >/dev/null 2>&1
-  redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1
-  as_user postgres "$PGBIN/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1
+  stop_redis
+  stop_postgres immediate >/dev/null 2>&1
   cp "$work/pg/server.log" "$out/postgres.log" 2>/dev/null
   rm -rf "$work"
 }
@@ -111,9 +91,7 @@ log "building the release binaries"
 cargo build --release --quiet -p order-service -p inventory-service
 
 log "starting private PostgreSQL :$PG_PORT, Redis :$REDIS_PORT, RabbitMQ :$AMQP_PORT"
-mkdir -p "$work/pg"
-[ "$(id -u)" = 0 ] && chown postgres "$work/pg"
-as_user postgres "$PGBIN/initdb" -D "$work/pg" -A trust -U postgres >/dev/null
+init_postgres
 start_postgres
 start_redis
 start_rabbit
@@ -152,13 +130,11 @@ for ((t = FAULT_EVERY; t < SOAK_SECS; t += FAULT_EVERY)); do
     1) log "fault: SIGSTOP inventory-service #1 for three lock TTLs"
        kill -STOP "${PIDS[inventory-0]}"; sleep "$((3 * LOCK_TTL_MS / 1000))"; kill -CONT "${PIDS[inventory-0]}" ;;
     2) log "fault: Redis restarted, every key lost"
-       redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
-       sleep 1; start_redis ;;
+       stop_redis; sleep 1; start_redis ;;
     3) log "fault: every RabbitMQ connection cut"
        rabbit_env rabbitmqctl -n "$RABBIT_NODE" -q close_all_connections "soak fault" >/dev/null ;;
     4) log "fault: PostgreSQL restarted"
-       as_user postgres "$PGBIN/pg_ctl" -D "$work/pg" -m fast -w stop >/dev/null
-       sleep 1; start_postgres ;;
+       stop_postgres fast; sleep 1; start_postgres ;;
     5) log "fault: kill -9 inventory-service #2, restart"
        kill -9 "${PIDS[inventory-1]}"; wait "${PIDS[inventory-1]}" 2>/dev/null || true
        start_service inventory 1 ;;
