@@ -4,9 +4,10 @@ use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
 use lapin::message::Delivery;
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::AMQPValue;
 use tracing::{Instrument, Span};
 
+use super::headers::{AmqpHeaders, header_i64};
 use super::{ConsumeError, Handler, Message, Outcome};
 use crate::telemetry::TraceContext;
 
@@ -182,34 +183,6 @@ async fn apply<H: Handler>(
 
 fn retry(reason: &'static str) -> ConsumeError {
     ConsumeError::Retry(anyhow::anyhow!(reason))
-}
-
-/// AMQP headers as a carrier for the W3C propagator (the publisher writes long strings).
-struct AmqpHeaders<'a>(&'a FieldTable);
-
-impl opentelemetry::propagation::Extractor for AmqpHeaders<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        match self.0.inner().get(key)? {
-            AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
-            AMQPValue::ShortString(s) => Some(s.as_str()),
-            _ => None,
-        }
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.inner().keys().map(|k| k.as_str()).collect()
-    }
-}
-
-fn header_i64(headers: &FieldTable, key: &str) -> Option<i64> {
-    match headers.inner().get(key)? {
-        AMQPValue::LongLongInt(n) => Some(*n),
-        AMQPValue::LongInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortUInt(n) => Some(i64::from(*n)),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 mod batch;
 mod channel;
 mod failures;
+mod headers;
 mod resubscribe;
 mod send_back;
 mod settle;
