@@ -65,6 +65,12 @@ pub struct Config {
     pub reservations_require_admin: bool,
     /// `CORS_ALLOWED_ORIGINS`: origins a browser page may call the API from; unset: none.
     pub cors: Cors,
+    /// `HOLD_TTL_SECS`: how long a hold lasts when its try names no `ttl_secs`. Default `900`;
+    /// 1 to 86,400.
+    pub hold_ttl_secs: i64,
+    /// `HOLD_EXPIRY_INTERVAL_MS`: how often each instance looks for holds past their deadline.
+    /// Default `500`; 10 to 60,000. A hold expires within about this much of its deadline.
+    pub hold_expiry_interval: Duration,
     /// `REDIS_CA_FILE` and `AMQP_CA_FILE`: private CAs for `rediss://` and `amqps://`.
     pub tls: ClientTls,
 }
@@ -90,6 +96,8 @@ impl Default for Config {
             shutdown_drain: Duration::ZERO,
             reservations_require_admin: false,
             cors: Cors::default(),
+            hold_ttl_secs: 900,
+            hold_expiry_interval: Duration::from_millis(500),
             tls: ClientTls::default(),
         }
     }
@@ -130,6 +138,12 @@ impl Config {
                     .any(|name| config::optional(name).is_some()),
             )?,
             cors: Cors::from_env()?,
+            hold_ttl_secs: config::within("HOLD_TTL_SECS", defaults.hold_ttl_secs, 1..=86_400)?,
+            hold_expiry_interval: Duration::from_millis(config::within(
+                "HOLD_EXPIRY_INTERVAL_MS",
+                500,
+                10..=60_000,
+            )?),
             tls: ClientTls::from_env()?,
         })
     }

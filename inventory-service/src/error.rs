@@ -8,6 +8,7 @@ use shared::Problem;
 use shared::ids::ProductId;
 
 use crate::deductions::DeductionError;
+use crate::holds::end::HoldError;
 use crate::input::Invalid;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,13 @@ pub enum ApiError {
     /// `idempotency-key-reused`.
     #[error("{0}")]
     KeyReused(String),
+    /// The request cannot apply in the resource's present state: 409 with this slug.
+    #[error("{detail}")]
+    Conflict {
+        slug: &'static str,
+        title: &'static str,
+        detail: String,
+    },
     /// The work lost too many races (locks busy, rows changing, pool exhausted): 503 `busy`
     /// with `Retry-After`; the request changed nothing and can be sent again.
     #[error("{0}")]
@@ -47,9 +55,33 @@ impl From<DeductionError> for ApiError {
     fn from(error: DeductionError) -> Self {
         match error {
             DeductionError::Reused => Self::KeyReused(error.to_string()),
+            DeductionError::HoldCancelled => Self::Conflict {
+                slug: "hold-cancelled",
+                title: "Hold cancelled",
+                detail: error.to_string(),
+            },
             DeductionError::Busy(detail) => Self::Busy(detail),
             DeductionError::Database(error) => Self::Database(DatabaseError::Failed(error)),
             DeductionError::Unexpected(error) => Self::Unexpected(error),
+        }
+    }
+}
+
+/// A hold's refusals as the API words them.
+impl From<HoldError> for ApiError {
+    fn from(error: HoldError) -> Self {
+        let conflict = |slug, title, error: &HoldError| Self::Conflict {
+            slug,
+            title,
+            detail: error.to_string(),
+        };
+        match error {
+            HoldError::NotFound(_) => Self::NotFound(error.to_string()),
+            HoldError::Expired(..) => conflict("hold-expired", "Hold expired", &error),
+            HoldError::Cancelled(_) => conflict("hold-cancelled", "Hold cancelled", &error),
+            HoldError::Confirmed(_) => conflict("hold-confirmed", "Hold confirmed", &error),
+            HoldError::Database(error) => error.into(),
+            HoldError::Unexpected(error) => Self::Unexpected(error),
         }
     }
 }
@@ -71,6 +103,11 @@ impl ApiError {
                 "Idempotency key reused",
                 detail.clone(),
             ),
+            Self::Conflict {
+                slug,
+                title,
+                detail,
+            } => Problem::new(StatusCode::CONFLICT, slug, title, detail.clone()),
             Self::Busy(detail) => Problem::busy(detail.clone()),
             Self::Database(error) => error.problem(),
             Self::Unexpected(_) => Problem::internal(),

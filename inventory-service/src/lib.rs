@@ -3,7 +3,8 @@
 //! what keeps stock correct, the lock keeps contention cheap.
 //!
 //! The modules are its capabilities: [`products`] (the catalogue and restocks), [`stock`]
-//! (the locks and the conditional update), [`deductions`] (`POST /deductions`) and
+//! (the locks and the conditional update), [`deductions`] (`POST /deductions`, and the group
+//! commit a hold's try shares), [`holds`] (try / confirm / cancel with expiry) and
 //! [`reservations`] (the saga's side: order events in, stock reserved or given back).
 //! [`openapi`] holds the route table and the document.
 //!
@@ -28,6 +29,7 @@ pub mod config;
 pub mod deductions;
 pub mod error;
 pub mod health;
+pub mod holds;
 pub mod input;
 pub mod metrics;
 pub mod openapi;
@@ -100,7 +102,7 @@ pub fn build_app(state: AppState) -> Router {
 }
 
 /// Serves `listener` and runs the background tasks (broker supervisor, outbox relay and
-/// retention, order-events consumer) until `shutdown`
+/// retention, order-events consumer, hold expiry) until `shutdown`
 /// fires; then finishes in-flight requests and waits for the tasks to stop.
 pub async fn serve(
     state: AppState,
@@ -113,7 +115,7 @@ pub async fn serve(
         broker: state.broker.clone(),
         config: state.config.messaging.clone(),
         outbox: state.outbox.clone(),
-        churning_tables: &["products"],
+        churning_tables: &["products", "holds", "held_units"],
     };
     let handler = OrderEvents {
         db: state.db.clone(),
@@ -126,6 +128,11 @@ pub async fn serve(
         handler,
         &shutdown,
     );
+    let schedule = holds::expiry::Schedule {
+        every: state.config.hold_expiry_interval,
+        keep: state.config.messaging.retention.keep,
+    };
+    holds::expiry::spawn(&tasks, &state.db, schedule, &shutdown);
     platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
     tasks.close();
     let served = platform::startup::serve_http(listener, build_app(state), &shutdown).await;

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use platform::telemetry::metrics::zero_counter;
 
+use crate::holds::view::HoldState;
+
 /// `lock_acquisitions_total{result}`: one per acquisition of the locks a deduction needs
 /// (`acquired`, `timeout`, `bypassed` when Redis was unreachable), plus one `lost` per
 /// holder that learned its locks were lost before commit.
@@ -19,6 +21,15 @@ pub const DEDUCTION_VERSION_CONFLICTS_TOTAL: &str = "deduction_version_conflicts
 /// `deductions_total{result}`: `POST /deductions` outcomes: `applied`, `insufficient_stock`,
 /// `unknown_product`, `replayed`.
 pub const DEDUCTIONS_TOTAL: &str = "deductions_total";
+
+/// `hold_transitions_total{to}`: holds entering `HELD`, `CONFIRMED`, `CANCELLED`, `EXPIRED`.
+pub const HOLD_TRANSITIONS_TOTAL: &str = "hold_transitions_total";
+/// `holds_refused_total{reason}`: tries that held nothing: `insufficient_stock`,
+/// `unknown_product`, `cancelled` (the cancel came first).
+pub const HOLDS_REFUSED_TOTAL: &str = "holds_refused_total";
+/// `holds_overdue`: holds still `HELD` past their deadline, as the last expiry sweep of this
+/// instance left them (an alert watches it).
+pub const HOLDS_OVERDUE: &str = "holds_overdue";
 
 /// Outcome label of [`LOCK_ACQUISITIONS_TOTAL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +78,23 @@ pub fn register() {
             "replayed",
         ],
     );
+    metrics::describe_counter!(HOLD_TRANSITIONS_TOTAL, "Hold state changes, by new state");
+    metrics::describe_counter!(
+        HOLDS_REFUSED_TOTAL,
+        "Hold tries that held nothing, by reason"
+    );
+    metrics::describe_gauge!(
+        HOLDS_OVERDUE,
+        "Holds still HELD past their deadline after the last expiry sweep"
+    );
+    let states = HoldState::ALL.map(HoldState::as_str);
+    zero_counter(HOLD_TRANSITIONS_TOTAL, "to", &states);
+    zero_counter(
+        HOLDS_REFUSED_TOTAL,
+        "reason",
+        &["insufficient_stock", "unknown_product", "cancelled"],
+    );
+    metrics::gauge!(HOLDS_OVERDUE).set(0.0);
     // Registering the histogram's handle is enough for the exporter to render it with
     // empty buckets.
     let _registered = metrics::histogram!(LOCK_WAIT_SECONDS);
@@ -99,4 +127,20 @@ pub fn version_conflict() {
 
 pub fn deduction(result: &'static str) {
     metrics::counter!(DEDUCTIONS_TOTAL, "result" => result).increment(1);
+}
+
+pub fn hold_transition(to: HoldState) {
+    hold_transitions(to, 1);
+}
+
+pub fn hold_transitions(to: HoldState, count: u64) {
+    metrics::counter!(HOLD_TRANSITIONS_TOTAL, "to" => to.as_str()).increment(count);
+}
+
+pub fn hold_refused(reason: &'static str) {
+    metrics::counter!(HOLDS_REFUSED_TOTAL, "reason" => reason).increment(1);
+}
+
+pub fn holds_overdue(count: i64) {
+    metrics::gauge!(HOLDS_OVERDUE).set(count as f64);
 }

@@ -1,7 +1,7 @@
 //! The OpenAPI 3.1 document and the route table: every route is registered here through
 //! `utoipa-axum` ([`api`]), so the document cannot miss one; [`ApiDoc`] adds the title, tags,
 //! the admin bearer scheme and the shared schemas. Handlers live with their capability
-//! ([`crate::products::routes`], [`crate::deductions::routes`],
+//! ([`crate::products::routes`], [`crate::deductions::routes`], [`crate::holds::routes`],
 //! [`crate::reservations::routes`], [`crate::health`]).
 
 use axum::Router;
@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::state::AppState;
-use crate::{deductions, health, products, reservations};
+use crate::{deductions, health, holds, products, reservations};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -24,6 +24,7 @@ use crate::{deductions, health, products, reservations};
     tags(
         (name = "products", description = "The catalogue and its stock"),
         (name = "deductions", description = "Synchronous, idempotent stock deductions"),
+        (name = "holds", description = "Stock held until confirmed, cancelled or expired (try / confirm / cancel)"),
         (name = "reservations", description = "What happened to each order's stock"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
@@ -43,6 +44,10 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(products::routes::get))
         .routes(routes!(products::routes::restock))
         .routes(routes!(deductions::routes::create))
+        .routes(routes!(holds::routes::create))
+        .routes(routes!(holds::routes::get))
+        .routes(routes!(holds::routes::confirm))
+        .routes(routes!(holds::routes::cancel))
         .routes(routes!(reservations::routes::get))
         .routes(routes!(platform::http::outbox_admin::list))
         .routes(routes!(platform::http::outbox_admin::retry))

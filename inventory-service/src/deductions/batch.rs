@@ -31,23 +31,21 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use anyhow::anyhow;
+use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
 use shared::ids::ProductId;
 use sqlx::{PgConnection, PgPool};
 
 use super::error::DeductionError;
 use super::judge::{self, Candidate, Judged};
-use super::queries::{self, NewDeduction, StoredDeduction};
+use super::queries::{self, NewDeduction, NewHold, Outcomes, StoredDeduction};
 use super::queue::{Counters, Waiter};
-use super::request::{DeductionRequest, DeductionStatus};
-use super::response::{self, applied_response, refusal_response, reused};
+use super::request::{DeductionRequest, DeductionStatus, Kind, Take};
+use super::response::{self, Answer};
 use super::retry::{AttemptError, Retry};
 use crate::metrics;
-use crate::replay::StoredResponse;
-use crate::stock::engine::{Ledger, Refusal};
+use crate::stock::engine::Ledger;
 use crate::stock::lock::{Locker, Locks};
 use crate::stock::queries::StockRow;
-
-type Answer = Result<StoredResponse, DeductionError>;
 
 /// A request of a batch, with the fingerprint of its items.
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +65,8 @@ pub enum Verdict {
     Stored(StoredDeduction),
     /// Its id was used before (stored, or earlier in this batch) with other items.
     Reused,
+    /// A hold's try that came after its cancel (a tombstone).
+    Cancelled,
 }
 
 /// The stock of a batch's products as the previous batch of the same leader left them, with
@@ -113,9 +113,14 @@ pub(super) async fn run(
                 if verdicts.iter().any(|v| matches!(v, Verdict::First(_))) {
                     counters.commits.fetch_add(1, Ordering::Relaxed);
                 }
-                return (verdicts.into_iter().map(answer).collect(), left);
+                let answers = verdicts
+                    .into_iter()
+                    .zip(batch)
+                    .map(|(verdict, w)| response::answer(verdict, w.request.take.kind()))
+                    .collect();
+                return (answers, left);
             }
-            Err(error) => return (failed(error.into(), batch.len()), None),
+            Err(error) => return (response::failed(error.into(), batch.len()), None),
         }
     }
 }
@@ -191,7 +196,13 @@ pub async fn apply_on(
     {
         return Err(anyhow!("a deduction joined a batch for other products").into());
     }
-    let ids: Vec<&str> = entries.iter().map(|e| e.request.id.as_str()).collect();
+    let ids_of = |kind: Kind| -> Vec<&str> {
+        entries
+            .iter()
+            .filter(|e| e.request.take.kind() == kind)
+            .map(|e| e.request.id.as_str())
+            .collect()
+    };
     // Judged against the memory, the write checks every product still has its version.
     let (read, judged_at) = match remembered {
         Some(rows) => (
@@ -201,45 +212,43 @@ pub async fn apply_on(
             },
             rows,
         ),
-        None => (queries::read(conn, &products, &ids).await?, Vec::new()),
+        None => {
+            let (sales, holds) = (ids_of(Kind::Sale), ids_of(Kind::Hold));
+            (
+                queries::read(conn, &products, &sales, &holds).await?,
+                Vec::new(),
+            )
+        }
     };
     let mut stock = Ledger::new(read.stock);
     let candidates: Vec<Candidate<'_>> = entries
         .iter()
         .map(|e| Candidate {
+            kind: e.request.take.kind(),
             id: e.request.id.as_str(),
             fingerprint: e.fingerprint,
             items: e.request.items.as_slice(),
         })
         .collect();
+    // One clock reading stamps every hold of the batch: the moment it is judged.
+    let now = Utc::now().trunc_subsecs(6);
     let mut verdicts: Vec<Verdict> = Vec::with_capacity(entries.len());
     for (judged, entry) in judge::judge(&candidates, &read.stored, &mut stock)
         .into_iter()
         .zip(entries)
     {
         verdicts.push(match judged {
-            Judged::First(taken) => Verdict::First(outcome(entry.request, taken)?),
+            Judged::First(taken) => Verdict::First(response::outcome(entry.request, taken, now)?),
             Judged::Same(first) => match &verdicts[first] {
                 Verdict::First(outcome) => Verdict::Same(outcome.clone()),
                 _ => return Err(anyhow!("a repeat that points at no first request").into()),
             },
             Judged::Stored(stored) => Verdict::Stored(stored),
             Judged::Reused => Verdict::Reused,
+            Judged::Cancelled => Verdict::Cancelled,
         });
     }
-    let new: Vec<NewDeduction<'_>> = verdicts
-        .iter()
-        .zip(entries)
-        .filter_map(|(verdict, entry)| match verdict {
-            Verdict::First(outcome) => Some(NewDeduction {
-                deduction_id: entry.request.id.as_str(),
-                fingerprint: entry.fingerprint,
-                items: entry.request.items.canonical_json(),
-                outcome,
-            }),
-            _ => None,
-        })
-        .collect();
+    let new = new_outcomes(entries, &verdicts, now);
     if !new.is_empty() {
         queries::record(conn, &judged_at, &stock.changes(), &new).await?;
     }
@@ -249,49 +258,37 @@ pub async fn apply_on(
     })
 }
 
-/// What a first request's answer is, as its row keeps it.
-fn outcome(
-    request: &DeductionRequest,
-    taken: Result<(), Refusal>,
-) -> Result<StoredDeduction, DeductionError> {
-    let (status, rejection_reason, response) = match taken {
-        Ok(()) => (DeductionStatus::Applied, None, applied_response(request)?),
-        Err(refusal) => (
-            DeductionStatus::Rejected,
-            Some(refusal.reason),
-            refusal_response(refusal.reason, refusal.product_id)?,
-        ),
-    };
-    Ok(StoredDeduction {
-        status,
-        rejection_reason,
-        response_status: i16::try_from(response.status.as_u16())
-            .map_err(|_| anyhow!("response status {}", response.status))?,
-        response_body: response.body,
-    })
-}
-
-fn answer(verdict: Verdict) -> Answer {
-    match verdict {
-        Verdict::First(stored) => response::first(stored),
-        Verdict::Same(stored) | Verdict::Stored(stored) => response::replay(stored),
-        Verdict::Reused => Err(reused()),
-    }
-}
-
-/// The same failure for every request of the batch. Only the first carries the cause, so a
-/// 5xx is logged with its cause once.
-fn failed(error: DeductionError, size: usize) -> Vec<Answer> {
-    match error {
-        DeductionError::Busy(detail) => (0..size)
-            .map(|_| Err(DeductionError::Busy(detail.clone())))
-            .collect(),
-        other => {
-            let mut answers = vec![Err(other)];
-            answers.extend((1..size).map(|_| {
-                Err(anyhow!("another deduction of the same batch failed the batch").into())
-            }));
-            answers
+/// The first outcomes of a batch, as [`queries::record`] writes them.
+fn new_outcomes<'a>(
+    entries: &[Entry<'a>],
+    verdicts: &'a [Verdict],
+    now: DateTime<Utc>,
+) -> Outcomes<'a> {
+    let mut new = Outcomes::default();
+    for (verdict, entry) in verdicts.iter().zip(entries) {
+        let Verdict::First(outcome) = verdict else {
+            continue;
+        };
+        let (id, fingerprint) = (entry.request.id.as_str(), entry.fingerprint);
+        let items = entry.request.items.canonical_json();
+        match entry.request.take {
+            Take::Sale => new.deductions.push(NewDeduction {
+                deduction_id: id,
+                fingerprint,
+                items,
+                outcome,
+            }),
+            Take::Hold { ttl_secs } => new.holds.push(NewHold {
+                hold_id: id,
+                fingerprint,
+                items,
+                outcome,
+                held: (outcome.status == DeductionStatus::Applied)
+                    .then(|| entry.request.items.as_slice()),
+                created_at: now,
+                expires_at: now + TimeDelta::seconds(ttl_secs),
+            }),
         }
     }
+    new
 }

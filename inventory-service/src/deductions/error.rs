@@ -4,9 +4,12 @@
 /// Why a deduction was not answered with its stored response.
 #[derive(Debug, thiserror::Error)]
 pub enum DeductionError {
-    /// The deduction id was used before with other items: 422 `idempotency-key-reused`.
-    #[error("this deduction_id was already used with different items")]
+    /// The id was used before with another body: 422 `idempotency-key-reused`.
+    #[error("this id was already used with a different body")]
     Reused,
+    /// A hold's try that came after its cancel: 409 `hold-cancelled`, nothing held.
+    #[error("this hold was cancelled before it was tried; nothing was held")]
+    HoldCancelled,
     /// It lost too many races (locks busy, rows changing, pool exhausted); nothing changed.
     #[error("{0}")]
     Busy(String),

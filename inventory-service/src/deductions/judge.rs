@@ -2,8 +2,10 @@
 //! had come one at a time:
 //!
 //! - an id stored before the batch answers its stored outcome again when its items are the
-//!   same (the same fingerprint), else it was reused;
+//!   same (the same fingerprint), else it was reused; a hold id cancelled before its try (a
+//!   tombstone) refuses the try;
 //! - an id repeated inside the batch answers as its first request did, or was reused;
+//! - ids are per kind: a deduction and a hold may share one;
 //! - the first request of an id is decided by the stock engine ([`crate::stock::engine`]):
 //!   every item against what the earlier requests left, all or nothing.
 //!
@@ -14,11 +16,13 @@ use std::collections::HashMap;
 use shared::events::LineItem;
 
 use super::queries::{Stored, StoredDeduction};
+use super::request::Kind;
 use crate::stock::engine::{Ledger, Refusal};
 
 /// A request as the judge sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate<'a> {
+    pub kind: Kind,
     pub id: &'a str,
     pub fingerprint: &'a str,
     pub items: &'a [LineItem],
@@ -35,33 +39,39 @@ pub enum Judged {
     Stored(StoredDeduction),
     /// Its id was used before (stored, or earlier in this batch) with other items.
     Reused,
+    /// A hold whose cancel came before its try: refused, holding nothing.
+    Cancelled,
 }
 
 /// Judges `batch` in order; `stored` holds the outcomes of its ids stored before it, `stock`
 /// the batch's products as read (and, after, as the batch left them).
 pub fn judge(
     batch: &[Candidate<'_>],
-    stored: &HashMap<String, Stored>,
+    stored: &HashMap<(Kind, String), Stored>,
     stock: &mut Ledger,
 ) -> Vec<Judged> {
-    let mut firsts: HashMap<&str, usize> = HashMap::new();
+    let mut firsts: HashMap<(Kind, &str), usize> = HashMap::new();
     let mut judged = Vec::with_capacity(batch.len());
     for (index, candidate) in batch.iter().enumerate() {
         let same_items = |fingerprint: &str| fingerprint == candidate.fingerprint;
-        let verdict = if let Some(before) = stored.get(candidate.id) {
-            if same_items(&before.fingerprint) {
-                Judged::Stored(before.outcome.clone())
-            } else {
-                Judged::Reused
+        let key = (candidate.kind, candidate.id);
+        let verdict = if let Some(before) = stored.get(&(key.0, key.1.to_owned())) {
+            match before {
+                Stored::First {
+                    fingerprint,
+                    outcome,
+                } if same_items(fingerprint) => Judged::Stored(outcome.clone()),
+                Stored::First { .. } => Judged::Reused,
+                Stored::Cancelled => Judged::Cancelled,
             }
-        } else if let Some(&first) = firsts.get(candidate.id) {
+        } else if let Some(&first) = firsts.get(&key) {
             if same_items(batch[first].fingerprint) {
                 Judged::Same(first)
             } else {
                 Judged::Reused
             }
         } else {
-            firsts.insert(candidate.id, index);
+            firsts.insert(key, index);
             Judged::First(stock.take(candidate.items))
         };
         judged.push(verdict);
@@ -98,6 +108,7 @@ mod tests {
     fn repeats_answer_as_their_first_request_and_take_nothing() {
         let (one, two) = (items(1), items(2));
         let candidate = |id, fingerprint, items| Candidate {
+            kind: Kind::Sale,
             id,
             fingerprint,
             items,
@@ -111,8 +122,8 @@ mod tests {
             candidate("b", "two", &two),
         ];
         let stored = HashMap::from([(
-            "old".to_owned(),
-            Stored {
+            (Kind::Sale, "old".to_owned()),
+            Stored::First {
                 fingerprint: "one".to_owned(),
                 outcome: stored_applied(),
             },

@@ -102,7 +102,7 @@ impl Deductions {
         let key = request.items.product_ids();
         let (reply, answer) = oneshot::channel();
         let waiter = Waiter {
-            fingerprint: request.items.fingerprint(),
+            fingerprint: request.fingerprint(),
             request,
             reply,
         };

@@ -1,5 +1,7 @@
-//! Deductions: the items rules (shared with orders), the deduction id, the canonical form that
-//! decides whether two requests are "the same", and how a stored deduction ended.
+//! What takes stock synchronously: a direct deduction (`POST /deductions`) or a hold's try
+//! (`POST /holds`). Both follow the items rules (shared with orders), are named by a
+//! client-chosen id, and have a canonical form that decides whether two requests are "the
+//! same"; and how a stored one ended.
 
 use sha2::{Digest, Sha256};
 use shared::events::LineItem;
@@ -48,20 +50,26 @@ impl Items {
     }
 }
 
-/// The client's name for one deduction: 1 to 128 characters, not blank.
+/// The client's name for one deduction or hold: 1 to 128 characters, not blank, no control
+/// characters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeductionId(String);
 
 impl DeductionId {
     pub fn parse(raw: &str) -> Result<Self, Invalid> {
-        shared::text::check("deduction_id", raw).map_err(Invalid)?;
+        Self::parse_field("deduction_id", raw)
+    }
+
+    /// Parses the id sent as `field` (named in the refusal).
+    pub fn parse_field(field: &str, raw: &str) -> Result<Self, Invalid> {
+        shared::text::check(field, raw).map_err(Invalid)?;
         let chars = raw.chars().count();
         if raw.trim().is_empty() {
-            return Err(Invalid::new("deduction_id must not be blank"));
+            return Err(Invalid::new(format!("{field} must not be blank")));
         }
         if chars > MAX_DEDUCTION_ID_CHARS {
             return Err(Invalid::new(format!(
-                "deduction_id must be at most {MAX_DEDUCTION_ID_CHARS} characters, got {chars}"
+                "{field} must be at most {MAX_DEDUCTION_ID_CHARS} characters, got {chars}"
             )));
         }
         Ok(Self(raw.to_owned()))
@@ -72,11 +80,64 @@ impl DeductionId {
     }
 }
 
-/// A validated `POST /deductions` request.
+/// A validated `POST /deductions` or `POST /holds` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeductionRequest {
     pub id: DeductionId,
     pub items: Items,
+    pub take: Take,
+}
+
+impl DeductionRequest {
+    /// A direct deduction.
+    pub fn sale(id: DeductionId, items: Items) -> Self {
+        Self {
+            id,
+            items,
+            take: Take::Sale,
+        }
+    }
+
+    /// The fingerprint of everything that makes two requests with one id "the same": the
+    /// items, and a hold's TTL.
+    pub fn fingerprint(&self) -> String {
+        match self.take {
+            Take::Sale => self.items.fingerprint(),
+            Take::Hold { ttl_secs } => {
+                let body =
+                    serde_json::json!({"items": self.items.canonical_json(), "ttl_secs": ttl_secs});
+                hex::encode(Sha256::digest(body.to_string().as_bytes()))
+            }
+        }
+    }
+}
+
+/// What the units a request takes become. Ids are per kind: a deduction and a hold may share
+/// one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Take {
+    /// Sold for good (`POST /deductions`).
+    Sale,
+    /// Held for `ttl_secs` seconds, until a confirm keeps them or a cancel or the expiry gives
+    /// them back (`POST /holds`).
+    Hold { ttl_secs: i64 },
+}
+
+impl Take {
+    /// The kind alone, as ids are scoped by it.
+    pub fn kind(self) -> Kind {
+        match self {
+            Self::Sale => Kind::Sale,
+            Self::Hold { .. } => Kind::Hold,
+        }
+    }
+}
+
+/// The namespace of an id: [`Take`] without its terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Sale,
+    Hold,
 }
 
 /// How a deduction id's first request ended, as the `deductions.status` column keeps it.

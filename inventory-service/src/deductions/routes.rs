@@ -65,9 +65,9 @@ pub async fn create(
     State(state): State<AppState>,
     Json(body): Json<DeductionBody>,
 ) -> Result<StoredResponse, ApiError> {
-    let request = DeductionRequest {
-        id: DeductionId::parse(&body.deduction_id)?,
-        items: Items::parse(body.items.iter().map(|i| (i.product_id, i.quantity)))?,
-    };
+    let request = DeductionRequest::sale(
+        DeductionId::parse(&body.deduction_id)?,
+        Items::parse(body.items.iter().map(|i| (i.product_id, i.quantity)))?,
+    );
     Ok(state.deductions.apply(request).await?)
 }

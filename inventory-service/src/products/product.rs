@@ -15,15 +15,18 @@ pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
 /// A product as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[schema(example = json!({
-    "product_id": 1001, "name": "Espresso beans 1 kg", "stock": 8, "version": 3,
+    "product_id": 1001, "name": "Espresso beans 1 kg", "stock": 8, "held": 2, "version": 3,
     "updated_at": "2026-11-29T12:00:00Z"
 }))]
 pub struct Product {
     pub product_id: ProductId,
     pub name: String,
-    /// Units in stock; never negative.
+    /// Units that can still be sold; never negative.
     #[schema(minimum = 0)]
     pub stock: i64,
+    /// Units frozen by holds in state `HELD`: out of `stock`, not sold yet.
+    #[schema(minimum = 0)]
+    pub held: i64,
     /// Bumped by every stock change.
     #[schema(minimum = 0)]
     pub version: i64,

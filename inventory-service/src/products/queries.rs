@@ -1,5 +1,6 @@
-//! The `products` table: create, read, list, restock. Every statement is checked against the
-//! migrations at build time (`sqlx::query!`, offline data in `.sqlx/`).
+//! The `products` table: create, read, list, restock. A product's `held` is the sum of its
+//! rows in `held_units` (the units of its `HELD` holds: the function `held_of`), read with it. Every statement is
+//! checked against the migrations at build time (`sqlx::query!`, offline data in `.sqlx/`).
 
 use chrono::{DateTime, Utc};
 use shared::ids::ProductId;
@@ -12,6 +13,7 @@ pub struct ProductRow {
     pub product_id: i64,
     pub name: String,
     pub stock: i64,
+    pub held: i64,
     pub version: i64,
     pub updated_at: DateTime<Utc>,
 }
@@ -22,6 +24,7 @@ impl From<ProductRow> for Product {
             product_id: ProductId(row.product_id),
             name: row.name,
             stock: row.stock,
+            held: row.held,
             version: row.version,
             updated_at: row.updated_at,
         }
@@ -35,9 +38,9 @@ pub async fn insert(
 ) -> sqlx::Result<Option<Product>> {
     let row = sqlx::query_as!(
         ProductRow,
-        "INSERT INTO products (product_id, name, stock) VALUES ($1, $2, $3)
+        r#"INSERT INTO products (product_id, name, stock) VALUES ($1, $2, $3)
          ON CONFLICT ON CONSTRAINT products_pkey DO NOTHING
-         RETURNING product_id, name, stock, version, updated_at",
+         RETURNING product_id, name, stock, 0::bigint AS "held!", version, updated_at"#,
         product.product_id.0,
         product.name,
         product.stock,
@@ -50,7 +53,9 @@ pub async fn insert(
 pub async fn find(conn: &mut PgConnection, product: ProductId) -> sqlx::Result<Option<Product>> {
     let row = sqlx::query_as!(
         ProductRow,
-        "SELECT product_id, name, stock, version, updated_at FROM products WHERE product_id = $1",
+        r#"SELECT product_id, name, stock, version, updated_at,
+                  held_of(p.product_id) AS "held!"
+             FROM products AS p WHERE product_id = $1"#,
         product.0,
     )
     .fetch_optional(conn)
@@ -66,8 +71,10 @@ pub async fn list(
 ) -> sqlx::Result<Vec<Product>> {
     let rows = sqlx::query_as!(
         ProductRow,
-        "SELECT product_id, name, stock, version, updated_at FROM products
-         WHERE product_id > $1 ORDER BY product_id LIMIT $2",
+        r#"SELECT product_id, name, stock, version, updated_at,
+                  held_of(p.product_id) AS "held!"
+             FROM products AS p
+            WHERE product_id > $1 ORDER BY product_id LIMIT $2"#,
         after.map_or(0, |p| p.0),
         limit,
     )
@@ -87,9 +94,10 @@ pub async fn add_stock(
 ) -> sqlx::Result<Option<Product>> {
     let row = sqlx::query_as!(
         ProductRow,
-        "UPDATE products SET stock = stock + $2, version = version + 1, updated_at = now()
-         WHERE product_id = $1
-         RETURNING product_id, name, stock, version, updated_at",
+        r#"UPDATE products AS p SET stock = stock + $2, version = version + 1, updated_at = now()
+            WHERE product_id = $1
+           RETURNING product_id, name, stock, version, updated_at,
+                     held_of(p.product_id) AS "held!""#,
         product.0,
         quantity.get(),
     )

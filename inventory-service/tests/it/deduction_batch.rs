@@ -47,10 +47,7 @@ fn request(id: &str, products: &[i64], quantities: &[i64]) -> (DeductionRequest,
     let items = Items::parse(products.iter().copied().zip(quantities.iter().copied()))
         .expect("valid items");
     let fingerprint = items.fingerprint();
-    let request = DeductionRequest {
-        id: DeductionId::parse(id).expect("a valid id"),
-        items,
-    };
+    let request = DeductionRequest::sale(DeductionId::parse(id).expect("a valid id"), items);
     (request, fingerprint)
 }
 
@@ -81,6 +78,7 @@ fn summary(verdict: &Verdict) -> (&'static str, String) {
         Verdict::Same(stored) => ("same", stored),
         Verdict::Stored(stored) => ("stored", stored),
         Verdict::Reused => return ("reused", String::new()),
+        Verdict::Cancelled => return ("cancelled", String::new()),
     };
     (kind, describe(stored))
 }

@@ -11,6 +11,7 @@ mod deductions;
 mod delivery_limit;
 mod edge;
 mod helpers;
+mod holds;
 mod liveness;
 mod lock;
 mod openapi;

@@ -18,10 +18,19 @@ fn every_operation_has_a_unique_id_and_admin_operations_declare_the_bearer_token
         "create_product",
         "restock_product",
         "create_deduction",
+        "create_hold",
+        "get_hold",
+        "confirm_hold",
+        "cancel_hold",
         "list_outbox_rows",
         "retry_outbox_row",
     ];
-    let with_body = ["create_product", "restock_product", "create_deduction"];
+    let with_body = [
+        "create_product",
+        "restock_product",
+        "create_deduction",
+        "create_hold",
+    ];
     for (path, item) in spec["paths"].as_object().expect("paths") {
         for (method, operation) in item.as_object().expect("a path item") {
             let id = operation["operationId"].as_str().expect("an operationId");
@@ -60,7 +69,7 @@ fn every_operation_has_a_unique_id_and_admin_operations_declare_the_bearer_token
             }
         }
     }
-    assert_eq!(ids.len(), 11);
+    assert_eq!(ids.len(), 15);
 }
 
 /// `openapi/inventory-service.json` at the workspace root; `UPDATE_OPENAPI=1` rewrites it.

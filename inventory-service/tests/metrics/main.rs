@@ -65,3 +65,71 @@ async fn with_redis_unreachable_deductions_go_on_without_the_lock_and_still_appl
         "{problem}"
     );
 }
+
+#[tokio::test]
+async fn every_hold_transition_and_refusal_is_counted_once() {
+    let _turn = TURN.lock().await;
+    let app =
+        TestApp::spawn_with(|c| c.hold_expiry_interval = std::time::Duration::from_millis(100))
+            .await;
+    app.create_product(1, 10).await;
+    let base = app.url("");
+    let series = [
+        r#"hold_transitions_total{to="HELD"}"#,
+        r#"hold_transitions_total{to="CONFIRMED"}"#,
+        r#"hold_transitions_total{to="CANCELLED"}"#,
+        r#"hold_transitions_total{to="EXPIRED"}"#,
+        r#"holds_refused_total{reason="insufficient_stock"}"#,
+        r#"holds_refused_total{reason="cancelled"}"#,
+    ];
+    let mut before = Vec::new();
+    for name in series {
+        before.push(scrape_metric(&base, name).await);
+    }
+    let post = |path: String, body: serde_json::Value| {
+        let request = app.admin.post(app.url(&path)).json(&body);
+        async move { request.send().await.expect("a request").status().as_u16() }
+    };
+    let hold = |id: &str, quantity: i64, ttl: i64| serde_json::json!({"hold_id": id, "items": [{"product_id": 1, "quantity": quantity}], "ttl_secs": ttl});
+    assert_eq!(post("/holds".into(), hold("a", 1, 600)).await, 201);
+    assert_eq!(
+        post("/holds".into(), hold("a", 1, 600)).await,
+        201,
+        "a replay counts nothing"
+    );
+    assert_eq!(
+        post("/holds/a/confirm".into(), serde_json::json!({})).await,
+        200
+    );
+    assert_eq!(
+        post("/holds/a/confirm".into(), serde_json::json!({})).await,
+        200
+    );
+    assert_eq!(post("/holds".into(), hold("b", 1, 600)).await, 201);
+    assert_eq!(
+        post("/holds/b/cancel".into(), serde_json::json!({})).await,
+        200
+    );
+    assert_eq!(
+        post("/holds/b/cancel".into(), serde_json::json!({})).await,
+        200
+    );
+    assert_eq!(post("/holds".into(), hold("c", 100, 600)).await, 409);
+    assert_eq!(
+        post("/holds/d/cancel".into(), serde_json::json!({})).await,
+        200
+    );
+    assert_eq!(post("/holds".into(), hold("d", 1, 600)).await, 409);
+    assert_eq!(post("/holds".into(), hold("e", 1, 1)).await, 201);
+    testkit::eventually(std::time::Duration::from_secs(15), || async {
+        let expired = scrape_metric(&base, series[3]).await;
+        (expired > before[3]).then_some(())
+    })
+    .await;
+    // HELD: a, b, e; CONFIRMED: a; CANCELLED: b and the tombstone d; EXPIRED: e.
+    let expected = [3.0, 1.0, 2.0, 1.0, 1.0, 1.0];
+    for ((name, was), added) in series.iter().zip(before).zip(expected) {
+        assert_eq!(scrape_metric(&base, name).await, was + added, "{name}");
+    }
+    assert_eq!(scrape_metric(&base, "holds_overdue").await, 0.0);
+}

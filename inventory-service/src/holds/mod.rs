@@ -1,0 +1,16 @@
+//! Holds (docs/contract.md §3.4): stock frozen for a caller — a checkout, a payment — until
+//! it is confirmed, cancelled, or expires; the try / confirm / cancel of the TCC pattern, with
+//! the barrier rules that make each step safe to repeat and to arrive out of order.
+//!
+//! - The try (`POST /holds`) is a deduction whose units go to `held` instead of being sold:
+//!   it joins the group commit of `POST /deductions` ([`crate::deductions`]), judged by the
+//!   same stock engine in the same batches, and recorded by the same statement.
+//! - [`end`]: confirm and cancel, each one guarded statement ([`queries`]), and what each
+//!   answers; [`expiry`]: the sweep that expires holds past their deadline.
+//! - [`view`]: how a hold is shown; [`routes`]: the four handlers.
+
+pub mod end;
+pub mod expiry;
+pub mod queries;
+pub mod routes;
+pub mod view;
