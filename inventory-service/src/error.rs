@@ -80,6 +80,7 @@ impl From<HoldError> for ApiError {
             HoldError::Expired(..) => conflict("hold-expired", "Hold expired", &error),
             HoldError::Cancelled(_) => conflict("hold-cancelled", "Hold cancelled", &error),
             HoldError::Confirmed(_) => conflict("hold-confirmed", "Hold confirmed", &error),
+            HoldError::Busy(detail) => Self::Busy(detail),
             HoldError::Database(error) => error.into(),
             HoldError::Unexpected(error) => Self::Unexpected(error),
         }

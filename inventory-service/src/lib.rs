@@ -78,6 +78,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         redis_health.clone(),
     );
     let deductions = deductions::Deductions::new(db.clone(), locker.clone());
+    let hold_ends = holds::batched::Ends::spawn(&db);
     Ok(AppState {
         readiness,
         db,
@@ -85,6 +86,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         redis_health,
         locker,
         deductions,
+        hold_ends,
         broker,
         admin_token: AdminToken::new(config.admin_token.clone()),
         outbox: OutboxSignal::default(),

@@ -14,6 +14,7 @@ use sqlx::PgPool;
 
 use crate::config::Config;
 use crate::deductions::Deductions;
+use crate::holds::batched::Ends;
 use crate::stock::lock::Locker;
 
 #[derive(Clone)]
@@ -24,8 +25,10 @@ pub struct AppState {
     pub redis_health: RedisHealth,
     /// Per-product stock locks.
     pub locker: Locker,
-    /// `POST /deductions`, applied in batches per product set.
+    /// `POST /deductions` and `POST /holds`, applied in batches per product set.
     pub deductions: Deductions,
+    /// Confirms and cancels of holds, applied in batches.
+    pub hold_ends: Ends,
     /// The RabbitMQ connection; [`crate::serve`] runs its supervisor.
     pub broker: Broker,
     pub admin_token: AdminToken,

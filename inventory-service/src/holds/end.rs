@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use shared::events::LineItem;
 use sqlx::PgPool;
 
+use super::batched::{Ends, Step};
 use super::queries::{self, HoldRow};
 use super::view::{Hold, HoldState};
 use crate::metrics;
@@ -24,14 +25,17 @@ pub enum HoldError {
     /// 409 `hold-confirmed`: a cancel of a confirmed hold.
     #[error("hold {0:?} was confirmed; its units are sold")]
     Confirmed(String),
+    /// The database had no connection free for the whole acquire timeout: 503 `busy`.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
 }
 
-/// How often a confirm or cancel runs its statement again when a try or cancel of the same id
-/// committed while it ran (it then saw a snapshot from before): the next run sees it.
+/// How often a confirm or cancel runs again when a try or cancel of the same id committed while
+/// its statement ran (it then saw a snapshot from before): the next run sees it.
 const ATTEMPTS: usize = 3;
 
 /// `GET /holds/{hold_id}`.
@@ -44,11 +48,11 @@ pub async fn find(db: &PgPool, hold_id: &str) -> Result<Hold, HoldError> {
 }
 
 /// `POST /holds/{hold_id}/confirm`: `CONFIRMED` (again: the same), or why not.
-pub async fn confirm(db: &PgPool, hold_id: &str) -> Result<Hold, HoldError> {
-    let mut conn = db.acquire().await?;
+pub async fn confirm(ends: &Ends, hold_id: &str) -> Result<Hold, HoldError> {
     for _ in 0..ATTEMPTS {
         let not_found = || HoldError::NotFound(hold_id.to_owned());
-        let row = queries::confirm(&mut conn, hold_id)
+        let row = ends
+            .run(Step::Confirm, hold_id)
             .await?
             .ok_or_else(not_found)?;
         let hold = shown(&row)?.ok_or_else(not_found)?;
@@ -72,10 +76,9 @@ pub async fn confirm(db: &PgPool, hold_id: &str) -> Result<Hold, HoldError> {
 
 /// `POST /holds/{hold_id}/cancel`: `CANCELLED` with the units back (again: the same), `EXPIRED`
 /// when the deadline passed first, a tombstone when no try came yet, or why not.
-pub async fn cancel(db: &PgPool, hold_id: &str) -> Result<Hold, HoldError> {
-    let mut conn = db.acquire().await?;
+pub async fn cancel(ends: &Ends, hold_id: &str) -> Result<Hold, HoldError> {
     for _ in 0..ATTEMPTS {
-        let Some(row) = queries::cancel(&mut conn, hold_id).await? else {
+        let Some(row) = ends.run(Step::Cancel, hold_id).await? else {
             continue;
         };
         let Some(hold) = shown(&row)? else {

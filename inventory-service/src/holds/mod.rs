@@ -5,10 +5,12 @@
 //! - The try (`POST /holds`) is a deduction whose units go to `held` instead of being sold:
 //!   it joins the group commit of `POST /deductions` ([`crate::deductions`]), judged by the
 //!   same stock engine in the same batches, and recorded by the same statement.
-//! - [`end`]: confirm and cancel, each one guarded statement ([`queries`]), and what each
-//!   answers; [`expiry`]: the sweep that expires holds past their deadline.
+//! - [`end`]: confirm and cancel, and what each answers; [`batched`]: their group commit, one
+//!   guarded statement ([`queries`]) for every confirm (or cancel) waiting;
+//!   [`expiry`]: the sweep that expires holds past their deadline.
 //! - [`view`]: how a hold is shown; [`routes`]: the four handlers.
 
+pub mod batched;
 pub mod end;
 pub mod expiry;
 pub mod queries;

@@ -1,5 +1,6 @@
-//! The statements that end a hold: [`confirm`], [`cancel`] and [`expire_due`], each one
-//! statement (its own transaction) that changes the hold's state only from `HELD`, so a hold
+//! The statements that end holds: [`confirm_all`], [`cancel_all`] (for a batch of ids, see
+//! `super::batched`) and [`expire_due`], each one statement (its own transaction) that changes
+//! a hold's state only from `HELD`, so a hold
 //! is decided once whoever asks: a confirm, a cancel and the expiry racing each other wait on
 //! the hold's row, and the later ones find it no longer `HELD`. The database's clock decides
 //! whether a deadline has passed, the same clock for every instance. (A hold's try is written
@@ -38,16 +39,21 @@ pub async fn find(conn: &mut PgConnection, hold_id: &str) -> sqlx::Result<Option
     .await
 }
 
-/// Confirms `hold_id` if it is `HELD` and its deadline has not passed: its units leave
-/// `held` for good (stock does not change, so the product's row is not written). Otherwise
-/// changes nothing and returns the hold as it was (`None`: there is none).
-pub async fn confirm(conn: &mut PgConnection, hold_id: &str) -> sqlx::Result<Option<HoldRow>> {
+/// Confirms every hold of `ids` that is `HELD` and whose deadline has not passed: its units
+/// leave `held` for good (stock does not change, so no product's row is written). Returns
+/// every hold of `ids` that exists, as the statement left it (`changed` for those it
+/// confirmed). The holds are locked in ascending id first, so two batches never wait on each
+/// other in a cycle; the expiry skips the holds locked here, and waits for none.
+pub async fn confirm_all(conn: &mut PgConnection, ids: &[&str]) -> sqlx::Result<Vec<HoldRow>> {
     sqlx::query_as!(
         HoldRow,
-        r#"WITH confirmed AS (
-               UPDATE holds SET state = 'CONFIRMED', updated_at = now()
-                WHERE hold_id = $1 AND state = 'HELD' AND expires_at > now()
-               RETURNING hold_id, items, state, expires_at, created_at, updated_at
+        r#"WITH locked AS MATERIALIZED (
+               SELECT hold_id FROM holds WHERE hold_id = ANY($1) ORDER BY hold_id FOR UPDATE
+           ), confirmed AS (
+               UPDATE holds AS h SET state = 'CONFIRMED', updated_at = now()
+                 FROM locked AS l
+                WHERE h.hold_id = l.hold_id AND h.state = 'HELD' AND h.expires_at > now()
+               RETURNING h.hold_id, h.items, h.state, h.expires_at, h.created_at, h.updated_at
            ), freed AS (
                DELETE FROM held_units AS u USING confirmed AS c WHERE u.hold_id = c.hold_id
            )
@@ -58,34 +64,38 @@ pub async fn confirm(conn: &mut PgConnection, hold_id: &str) -> sqlx::Result<Opt
            UNION ALL
            SELECT hold_id, items, state, expires_at, created_at, updated_at,
                   coalesce(expires_at <= now(), false), false
-             FROM holds WHERE hold_id = $1 AND NOT EXISTS (SELECT 1 FROM confirmed)"#,
-        hold_id,
+             FROM holds
+            WHERE hold_id = ANY($1) AND hold_id NOT IN (SELECT hold_id FROM confirmed)"#,
+        ids as &[&str],
     )
-    .fetch_optional(conn)
+    .fetch_all(conn)
     .await
 }
 
-/// Ends `hold_id` if it is `HELD` — `CANCELLED`, or `EXPIRED` when its deadline has passed —
-/// and gives its units back to stock; leaves a tombstone (`CANCELLED`, no items) when the
-/// hold was never tried, so a late try holds nothing. Otherwise changes nothing and returns
-/// the hold as it was. `None` only when a try of this id committed while the statement ran:
-/// the caller runs it again.
-pub async fn cancel(conn: &mut PgConnection, hold_id: &str) -> sqlx::Result<Option<HoldRow>> {
-    // `give_back_held` (migration 0007) is the one give-back path, shared with the expiry.
+/// Ends every hold of `ids` that is `HELD` — `CANCELLED`, or `EXPIRED` when its deadline has
+/// passed — and gives their units back to stock (`give_back_held`, the one give-back path,
+/// shared with the expiry: one update per product for the whole batch); leaves a tombstone
+/// (`CANCELLED`, no items) for each id never tried, so a late try holds nothing. Returns every
+/// hold of `ids` as the statement left it. An id missing from the answer had a try commit
+/// while the statement ran: the caller runs it again.
+pub async fn cancel_all(conn: &mut PgConnection, ids: &[&str]) -> sqlx::Result<Vec<HoldRow>> {
     sqlx::query_as!(
         HoldRow,
-        r#"WITH ended AS (
-               UPDATE holds
-                  SET state = CASE WHEN expires_at <= now() THEN 'EXPIRED' ELSE 'CANCELLED' END,
+        r#"WITH locked AS MATERIALIZED (
+               SELECT hold_id FROM holds WHERE hold_id = ANY($1) ORDER BY hold_id FOR UPDATE
+           ), ended AS (
+               UPDATE holds AS h
+                  SET state = CASE WHEN h.expires_at <= now() THEN 'EXPIRED' ELSE 'CANCELLED' END,
                       updated_at = now()
-                WHERE hold_id = $1 AND state = 'HELD'
-               RETURNING hold_id, items, state, expires_at, created_at, updated_at
+                 FROM locked AS l
+                WHERE h.hold_id = l.hold_id AND h.state = 'HELD'
+               RETURNING h.hold_id, h.items, h.state, h.expires_at, h.created_at, h.updated_at
            ), given AS (
                SELECT give_back_held(ARRAY(SELECT hold_id FROM ended)) AS products
-           ), tombstone AS (
+           ), tombstones AS (
                INSERT INTO holds (hold_id, items, state)
-               SELECT $1, '[]'::jsonb, 'CANCELLED'
-                WHERE NOT EXISTS (SELECT 1 FROM holds WHERE hold_id = $1)
+               SELECT id, '[]'::jsonb, 'CANCELLED' FROM unnest($1::text[]) AS id
+                WHERE NOT EXISTS (SELECT 1 FROM holds WHERE hold_id = id)
                    ON CONFLICT ON CONSTRAINT holds_pkey DO NOTHING
                RETURNING hold_id, items, state, expires_at, created_at, updated_at
            )
@@ -95,16 +105,16 @@ pub async fn cancel(conn: &mut PgConnection, hold_id: &str) -> sqlx::Result<Opti
              FROM ended WHERE (SELECT products FROM given) >= 0
            UNION ALL
            SELECT hold_id, items, state, expires_at, created_at, updated_at, false, true
-             FROM tombstone
+             FROM tombstones
            UNION ALL
            SELECT hold_id, items, state, expires_at, created_at, updated_at,
                   coalesce(expires_at <= now(), false), false
              FROM holds
-            WHERE hold_id = $1 AND NOT EXISTS (SELECT 1 FROM ended)
-              AND NOT EXISTS (SELECT 1 FROM tombstone)"#,
-        hold_id,
+            WHERE hold_id = ANY($1) AND hold_id NOT IN (SELECT hold_id FROM ended)
+              AND hold_id NOT IN (SELECT hold_id FROM tombstones)"#,
+        ids as &[&str],
     )
-    .fetch_optional(conn)
+    .fetch_all(conn)
     .await
 }
 

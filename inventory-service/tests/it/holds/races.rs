@@ -282,3 +282,68 @@ async fn holds_due_when_an_instance_is_killed_still_expire_once() {
     .expect("stock");
     assert_eq!((stock, units), (10_000, 0), "every unit back exactly once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn confirms_and_cancels_sent_at_once_are_each_decided_as_if_alone() {
+    let app = TestApp::spawn().await;
+    app.create_product(1, 1_000).await;
+    app.create_product(2, 1_000).await;
+    for i in 0..60 {
+        let items = if i % 2 == 0 {
+            vec![(1, 2)]
+        } else {
+            vec![(1, 1), (2, 3)]
+        };
+        assert_eq!(
+            app.hold(&format!("h-{i:02}"), &items, Some(600))
+                .await
+                .status(),
+            201
+        );
+    }
+    // 0..20 confirmed (10..20 twice), 20..40 cancelled, 40..60 left HELD, and ten cancels of
+    // ids never tried: all at once, so they share batches.
+    let mut steps: Vec<(String, &str)> = Vec::new();
+    steps.extend((0..20).map(|i| (format!("h-{i:02}"), "confirm")));
+    steps.extend((10..20).map(|i| (format!("h-{i:02}"), "confirm")));
+    steps.extend((20..40).map(|i| (format!("h-{i:02}"), "cancel")));
+    steps.extend((0..10).map(|i| (format!("never-{i}"), "cancel")));
+    let answers: Vec<_> = steps
+        .into_iter()
+        .map(|(id, step)| {
+            let request = app.admin.post(app.url(&format!("/holds/{id}/{step}")));
+            tokio::spawn(async move {
+                let response = request.send().await.expect("an end");
+                let status = response.status().as_u16();
+                let hold: Value = response.json().await.expect("a hold");
+                (
+                    id,
+                    step,
+                    status,
+                    hold["state"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+        })
+        .collect();
+    for answer in answers {
+        let (id, step, status, state) = answer.await.expect("a task");
+        let expected = if step == "confirm" {
+            "CONFIRMED"
+        } else {
+            "CANCELLED"
+        };
+        assert_eq!((status, state.as_str()), (200, expected), "{step} of {id}");
+    }
+    let states = states(&app).await;
+    let count = |state: &str| states.iter().filter(|(_, s)| s == state).count();
+    assert_eq!(
+        (count("CONFIRMED"), count("CANCELLED"), count("HELD")),
+        (20, 30, 20)
+    );
+    // Held: 40..60, half (2 of product 1), half (1 of 1 and 3 of 2). Sold: 0..20 likewise.
+    assert_eq!(app.stock_and_held(1).await, (1_000 - 30 - 30, 30));
+    assert_eq!(app.stock_and_held(2).await, (1_000 - 30 - 30, 30));
+    for product in [1, 2] {
+        assert_stock_adds_up(&app, product, 1_000).await;
+    }
+}
