@@ -128,10 +128,10 @@ async fn answer(db: &PgPool, step: Step, batch: Vec<Waiter>) {
             for waiter in batch {
                 let mut row = rows.get(&waiter.hold_id).cloned();
                 // A hold asked twice in one batch changed once: the repeat sees it unchanged.
-                if !answered.insert(waiter.hold_id.clone()) {
-                    if let Some(row) = row.as_mut() {
-                        row.changed = false;
-                    }
+                if !answered.insert(waiter.hold_id.clone())
+                    && let Some(row) = row.as_mut()
+                {
+                    row.changed = false;
                 }
                 // A waiter that left (its client timed out) is no loss: the outcome is stored.
                 let _ = waiter.reply.send(Ok(row));
