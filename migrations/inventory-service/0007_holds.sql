@@ -52,8 +52,9 @@ CREATE TABLE held_units (
     hold_id    TEXT NOT NULL,
     product_id BIGINT NOT NULL,
     quantity   BIGINT NOT NULL,
+    -- No foreign key to `holds`: both rows are written and deleted by the same statements,
+    -- and its check would cost a trigger and a row lock per unit on the hottest write.
     CONSTRAINT held_units_pkey PRIMARY KEY (hold_id, product_id),
-    CONSTRAINT held_units_hold_fkey FOREIGN KEY (hold_id) REFERENCES holds (hold_id),
     CONSTRAINT held_units_quantity_positive CHECK (quantity > 0)
 );
 
