@@ -10,6 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use order_service::orders::payment::PaymentWindow;
 use order_service::orders::reconcile::{ReconcileSettings, reconcile_once};
 use order_service::orders::settle::consumer::InventoryEvents;
 use platform::messaging::consumer::{Handled, Message};
@@ -88,6 +89,7 @@ async fn inventory_stub(inventory: Inventory) -> ReconcileSettings {
         after: Duration::ZERO,
         every: Duration::from_secs(3600),
         batch: 100,
+        payment_window: PaymentWindow::OFF,
     }
 }
 
@@ -214,6 +216,7 @@ async fn an_unreachable_inventory_changes_nothing() {
         after: Duration::ZERO,
         every: Duration::from_secs(3600),
         batch: 100,
+        payment_window: PaymentWindow::OFF,
     };
     reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
         .await
@@ -371,6 +374,7 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
     let handler = InventoryEvents {
         db: app.db.pool.clone(),
         outbox: OutboxSignal::default(),
+        window: PaymentWindow::OFF,
     };
     let released = Envelope::new(InventoryEvent::Released(StockReleased {
         order_id: OrderId(order.parse().expect("uuid")),
