@@ -17,7 +17,7 @@ use platform::messaging::consumer::{Handled, Message};
 use platform::messaging::outbox::OutboxSignal;
 use platform::telemetry::TraceContext;
 use serde_json::{Value, json};
-use shared::events::{Envelope, InventoryEvent, StockReleased};
+use shared::events::{Envelope, InventoryEvent, StockReleased, StockReserved};
 use shared::ids::OrderId;
 
 use crate::helpers::{TestApp, order_body};
@@ -407,4 +407,64 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
         .expect("round");
     assert_eq!((looked_at, inventory.asked(&order)), (0, 0));
     assert_eq!(cancellations(&app, &order).await.0, 1);
+}
+
+#[tokio::test]
+async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled_one() {
+    let app = TestApp::spawn_with(|c| {
+        c.payment_window = PaymentWindow::from_secs(1);
+        c.payment_expiry_every = Duration::from_millis(100);
+    })
+    .await;
+    let inventory = Inventory::default();
+    let settings = inventory_stub(inventory.clone()).await;
+    let order = id(&app.create_order(&order_body(1, 1001, 1)).await);
+    let handler = InventoryEvents {
+        db: app.db.pool.clone(),
+        outbox: OutboxSignal::default(),
+        window: PaymentWindow::from_secs(1),
+    };
+    let reserved = Envelope::new(InventoryEvent::Reserved(StockReserved {
+        order_id: OrderId(order.parse().expect("uuid")),
+        items: Vec::new(),
+    }));
+    let delivery = Message {
+        routing_key: "inventory.reserved".into(),
+        body: serde_json::to_vec(&reserved).expect("json"),
+        trace: TraceContext::new_root(),
+        previous_deliveries: 0,
+    };
+    platform::messaging::consumer::handle(&handler, &[delivery])
+        .await
+        .remove(0)
+        .expect("handled");
+    app.wait_for_status(&order, "EXPIRED").await;
+    sqlx::query("UPDATE outbox SET status = 'dead' WHERE routing_key = 'order.cancelled'")
+        .execute(&app.db.pool)
+        .await
+        .expect("dead");
+    inventory.answer(&order, "APPLIED");
+
+    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
+    assert_eq!(looked_at, 1);
+    assert_eq!(
+        cancellations(&app, &order).await,
+        (2, 1),
+        "the dead one and a new one"
+    );
+    assert_eq!(app.order_status(&order).await, "EXPIRED");
+
+    // Inventory released it: recorded, and not asked about again.
+    publish(&app, "order.cancelled").await;
+    inventory.answer(&order, "RELEASED");
+    reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
+    assert!(release_recorded(&app, &order).await);
+    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
+    assert_eq!(looked_at, 0);
 }
