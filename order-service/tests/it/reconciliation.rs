@@ -17,7 +17,7 @@ use platform::messaging::consumer::{Handled, Message};
 use platform::messaging::outbox::OutboxSignal;
 use platform::telemetry::TraceContext;
 use serde_json::{Value, json};
-use shared::events::{Envelope, InventoryEvent, StockReleased, StockReserved};
+use shared::events::{Envelope, InventoryEvent, StockReleased};
 use shared::ids::OrderId;
 
 use crate::helpers::{TestApp, order_body};
@@ -419,25 +419,7 @@ async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled
     let inventory = Inventory::default();
     let settings = inventory_stub(inventory.clone()).await;
     let order = id(&app.create_order(&order_body(1, 1001, 1)).await);
-    let handler = InventoryEvents {
-        db: app.db.pool.clone(),
-        outbox: OutboxSignal::default(),
-        window: PaymentWindow::from_secs(1),
-    };
-    let reserved = Envelope::new(InventoryEvent::Reserved(StockReserved {
-        order_id: OrderId(order.parse().expect("uuid")),
-        items: Vec::new(),
-    }));
-    let delivery = Message {
-        routing_key: "inventory.reserved".into(),
-        body: serde_json::to_vec(&reserved).expect("json"),
-        trace: TraceContext::new_root(),
-        previous_deliveries: 0,
-    };
-    platform::messaging::consumer::handle(&handler, &[delivery])
-        .await
-        .remove(0)
-        .expect("handled");
+    crate::payment::reserve(&app, &order, PaymentWindow::from_secs(1)).await;
     app.wait_for_status(&order, "EXPIRED").await;
     sqlx::query("UPDATE outbox SET status = 'dead' WHERE routing_key = 'order.cancelled'")
         .execute(&app.db.pool)

@@ -44,7 +44,7 @@ async fn placed(app: &TestApp) -> String {
 
 /// Hands an `inventory.reserved` of `order_id` to a consumer handler on `app`'s database,
 /// settling with `window` as a service with that setting would.
-async fn reserve(app: &TestApp, order_id: &str, window: PaymentWindow) {
+pub(crate) async fn reserve(app: &TestApp, order_id: &str, window: PaymentWindow) {
     let handler = InventoryEvents {
         db: app.db.pool.clone(),
         outbox: OutboxSignal::default(),
