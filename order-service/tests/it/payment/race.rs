@@ -38,10 +38,16 @@ async fn confirms_racing_the_expiry_on_two_instances_never_both_confirm_and_give
         reserve(&app, &id, PaymentWindow::from_secs(1)).await;
         ids.push(id);
     }
-    // Confirms spread over the last moments before the due time and the first after it, from
-    // both instances, while both expiry loops run.
+    // Confirms aimed around each order's due time (a third well before it, a third at it, a
+    // third just after it), from both instances, while both expiry loops run. The aim uses
+    // this machine's clock, the database's too; what is asserted holds whatever the timing.
     let mut confirms = Vec::new();
     for (n, id) in ids.iter().enumerate() {
+        let due: chrono::DateTime<chrono::Utc> = order(&app, id).await["payment_due_at"]
+            .as_str()
+            .expect("due")
+            .parse()
+            .expect("RFC 3339");
         for k in 0..CONFIRMS_PER_ORDER {
             let base = if k % 2 == 0 {
                 app.base.clone()
@@ -49,9 +55,11 @@ async fn confirms_racing_the_expiry_on_two_instances_never_both_confirm_and_give
                 second.clone()
             };
             let (client, id) = (app.client.clone(), id.clone());
-            let delay = Duration::from_millis(((n * 97 + k * 131) % 1400) as u64);
+            let offset = [-100, -20, 30][n % 3] + 10 * k as i64;
+            let at = due + chrono::Duration::milliseconds(offset);
             confirms.push(tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
+                let wait = (at - chrono::Utc::now()).to_std().unwrap_or_default();
+                tokio::time::sleep(wait).await;
                 let response = confirm_at(&client, &base, &id).await;
                 (id, response.status().as_u16())
             }));
