@@ -14,6 +14,7 @@ use platform::storage::redis::Sentinels;
 use platform::storage::tls::ClientTls;
 
 use crate::identity::IdentityConfig;
+use crate::orders::payment::PaymentWindow;
 use crate::tokens::signed::TokenSecret;
 
 #[derive(Debug, Clone)]
@@ -57,6 +58,13 @@ pub struct Config {
     pub reconcile_every: Duration,
     /// `INTAKE_BATCH_MAX`: the most orders one intake commit writes (at least 1). Default 64.
     pub intake_batch_max: usize,
+    /// `ORDER_PAYMENT_WINDOW_SECS`: how long a reserved order waits for its payment
+    /// (docs/contract.md §3.1.1); 0, the default, is off. At most a day.
+    pub payment_window: PaymentWindow,
+    /// How often the expiry looks for orders whose payment window closed. Not a variable: the
+    /// contract wants them expired within seconds, and an idle round is one indexed read.
+    /// Tests lengthen it to see a confirm refused before the expiry ran.
+    pub payment_expiry_every: Duration,
     /// Relay, consumer and retention knobs (see `platform::messaging::MessagingConfig`).
     pub messaging: MessagingConfig,
     /// `RATE_LIMIT_PER_SEC` (0: off) and `RATE_LIMIT_BURST` (0: the rate), per client address.
@@ -72,6 +80,10 @@ pub struct Config {
     /// `REDIS_CA_FILE` and `AMQP_CA_FILE`: private CAs for `rediss://` and `amqps://`.
     pub tls: ClientTls,
 }
+
+/// Half a second: an order past its due time is `EXPIRED`, and its stock on its way back,
+/// well within the seconds the contract allows (docs/contract.md §3.1.1).
+const PAYMENT_EXPIRY_EVERY: Duration = Duration::from_millis(500);
 
 impl Default for Config {
     /// The local defaults, without looking at the environment.
@@ -93,6 +105,8 @@ impl Default for Config {
             reconcile_after: Duration::from_secs(30),
             reconcile_every: Duration::from_secs(10),
             intake_batch_max: 64,
+            payment_window: PaymentWindow::OFF,
+            payment_expiry_every: PAYMENT_EXPIRY_EVERY,
             messaging: MessagingConfig::default(),
             rate_limit: RateLimit::default(),
             shutdown_drain: Duration::ZERO,
@@ -127,6 +141,8 @@ impl Config {
             reconcile_after: env::positive_secs("RECONCILE_AFTER_SECS", 30)?,
             reconcile_every: env::positive_secs("RECONCILE_EVERY_SECS", 10)?,
             intake_batch_max: env::at_least("INTAKE_BATCH_MAX", 64, 1)?,
+            payment_window: PaymentWindow::from_env()?,
+            payment_expiry_every: PAYMENT_EXPIRY_EVERY,
             messaging: MessagingConfig::from_env()?,
             rate_limit: RateLimit::from_env()?,
             shutdown_drain: platform::shutdown::drain_from_env()?,

@@ -7,6 +7,7 @@ use platform::http::DatabaseError;
 use shared::Problem;
 use shared::ids::OrderId;
 
+use crate::orders::payment::confirm::ConfirmRefused;
 use crate::orders::place_error::PlaceError;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +24,9 @@ pub enum ApiError {
     Place(PlaceError),
     #[error("order {0} was rejected; there is nothing to cancel")]
     NotCancellable(OrderId),
+    /// `POST /orders/{order_id}/confirm` refused (its database errors join the others).
+    #[error(transparent)]
+    Confirm(ConfirmRefused),
     #[error("a dependency is unavailable: {0}")]
     Unavailable(&'static str),
     #[error(transparent)]
@@ -37,6 +41,16 @@ pub enum ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
         Self::Database(error.into())
+    }
+}
+
+impl From<ConfirmRefused> for ApiError {
+    fn from(refused: ConfirmRefused) -> Self {
+        match refused {
+            ConfirmRefused::NotFound(order_id) => Self::OrderNotFound(order_id),
+            ConfirmRefused::Database(error) => error.into(),
+            refused => Self::Confirm(refused),
+        }
     }
 }
 
@@ -72,6 +86,7 @@ impl ApiError {
                 "Order cannot be cancelled",
                 self.to_string(),
             ),
+            Self::Confirm(refused) => confirm_problem(refused),
             Self::Unavailable(what) => Problem::new(
                 S::SERVICE_UNAVAILABLE,
                 "not-ready",
@@ -82,6 +97,28 @@ impl ApiError {
             Self::Database(error) => error.problem(),
             Self::Unexpected(_) => Problem::internal(),
         }
+    }
+}
+
+/// A refusal of a confirm (the variants [`ApiError::from`] keeps as they are).
+fn confirm_problem(refused: &ConfirmRefused) -> Problem {
+    let detail = refused.to_string();
+    match refused {
+        ConfirmRefused::WindowClosed { .. } => Problem::new(
+            StatusCode::CONFLICT,
+            "payment-window-closed",
+            "Payment window closed",
+            detail,
+        ),
+        ConfirmRefused::NotYetReserved(_) | ConfirmRefused::NotAwaiting { .. } => Problem::new(
+            StatusCode::CONFLICT,
+            "not-awaiting-payment",
+            "Order not awaiting payment",
+            detail,
+        ),
+        // Turned into the service's own errors by `ApiError::from`.
+        ConfirmRefused::NotFound(_) => Problem::not_found(detail),
+        ConfirmRefused::Database(_) => Problem::internal(),
     }
 }
 
@@ -137,7 +174,10 @@ impl IntoResponse for ApiError {
         let mut response = problem.into_response();
         if matches!(
             self,
-            Self::Place(PlaceError::RequestInProgress) | Self::Unavailable(_)
+            Self::Place(PlaceError::RequestInProgress)
+                | Self::Unavailable(_)
+                // Inventory answers within a moment; then the order waits for this confirm.
+                | Self::Confirm(ConfirmRefused::NotYetReserved(_))
         ) {
             response
                 .headers_mut()

@@ -125,6 +125,7 @@ pub async fn serve(
     let handler = InventoryEvents {
         db: state.db.clone(),
         outbox: state.outbox.clone(),
+        window: config.payment_window,
     };
     messaging.spawn(
         &tasks,
@@ -138,12 +139,20 @@ pub async fn serve(
         after: config.reconcile_after,
         every: config.reconcile_every,
         batch: 100,
+        payment_window: config.payment_window,
     };
     // Supervised like the loops above: a round that panics must not end reconciliation,
     // which is what recovers every lost event.
     tasks.spawn(keep_running("reconciliation", shutdown.clone(), {
         let (db, outbox, stop) = (state.db.clone(), state.outbox.clone(), shutdown.clone());
         move || orders::reconcile::run(db.clone(), outbox.clone(), reconcile.clone(), stop.clone())
+    }));
+    // Runs with the window off too: orders that started to wait under an earlier setting
+    // still expire.
+    tasks.spawn(keep_running("payment expiry", shutdown.clone(), {
+        let (db, outbox, stop) = (state.db.clone(), state.outbox.clone(), shutdown.clone());
+        let every = config.payment_expiry_every;
+        move || orders::payment::expiry::run(db.clone(), outbox.clone(), every, stop.clone())
     }));
     platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
     tasks.spawn(keep_running("token give-back", shutdown.clone(), {

@@ -2,6 +2,8 @@
 
 use platform::telemetry::metrics::{zero_counter, zero_histogram};
 
+use crate::orders::OrderStatus;
+
 pub const ORDER_TRANSITIONS_TOTAL: &str = "order_transitions_total";
 pub const ORDER_END_TO_END_SECONDS: &str = "order_end_to_end_seconds";
 
@@ -14,12 +16,11 @@ pub fn register() {
     metrics::describe_histogram!(
         ORDER_END_TO_END_SECONDS,
         metrics::Unit::Seconds,
-        "Time from an order's creation to its first terminal status"
+        "Time from an order's creation to its first terminal status (CONFIRMED, REJECTED, \
+         CANCELLED or EXPIRED; AWAITING_PAYMENT is none)"
     );
-    zero_counter(
-        ORDER_TRANSITIONS_TOTAL,
-        "to",
-        &["PENDING", "CONFIRMED", "REJECTED", "CANCELLED"],
-    );
+    // Every status, `AWAITING_PAYMENT` and `EXPIRED` too, whether or not a payment window is set.
+    let statuses = OrderStatus::ALL.map(OrderStatus::as_str);
+    zero_counter(ORDER_TRANSITIONS_TOTAL, "to", &statuses);
     zero_histogram(ORDER_END_TO_END_SECONDS);
 }

@@ -18,7 +18,7 @@ use crate::{ops, orders, tokens};
         license(name = "MIT")
     ),
     tags(
-        (name = "orders", description = "Idempotent order creation, lookup and listing"),
+        (name = "orders", description = "Idempotent order creation, lookup, listing, cancellation and payment confirmation"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(
@@ -61,7 +61,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(tokens::routes::issue))
         .routes(routes!(orders::routes::create, orders::routes::list))
         .routes(routes!(orders::routes::get))
-        .routes(routes!(orders::routes::cancel))
+        .routes(routes!(orders::routes::cancel::cancel))
+        .routes(routes!(orders::routes::confirm::confirm))
         .routes(routes!(platform::http::outbox_admin::list))
         .routes(routes!(platform::http::outbox_admin::retry))
         .routes(routes!(ops::healthz))

@@ -1,10 +1,11 @@
 //! Orders: taking them exactly once per idempotency token (routes, request, placement in
-//! batches), showing them, settling them from inventory's answers and reconciling the ones
-//! whose events were lost.
+//! batches), showing them, settling them from inventory's answers, waiting for their payment
+//! (confirm and expiry) and reconciling the ones whose events were lost.
 
 pub mod amount;
 pub mod body;
 pub mod intake;
+pub mod payment;
 pub mod place;
 pub mod place_error;
 pub mod queries;

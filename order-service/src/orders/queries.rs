@@ -9,6 +9,7 @@ use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use crate::orders::payment::PaymentWindow;
 use crate::orders::{OrderStatus, status};
 
 /// An order as stored, its status and rejection reason read into their types.
@@ -20,6 +21,8 @@ pub struct OrderRow {
     pub amount: Decimal,
     pub status: OrderStatus,
     pub rejection_reason: Option<RejectionReason>,
+    /// When the order stopped waiting for its payment, or will; `None` if it never waited.
+    pub payment_due_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -33,6 +36,7 @@ pub(crate) struct StoredOrder {
     pub(crate) amount: Decimal,
     pub(crate) status: String,
     pub(crate) rejection_reason: Option<String>,
+    pub(crate) payment_due_at: Option<DateTime<Utc>>,
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
 }
@@ -61,6 +65,7 @@ impl TryFrom<StoredOrder> for OrderRow {
                         .map_err(|e| strict("rejection_reason", e))
                 })
                 .transpose()?,
+            payment_due_at: row.payment_due_at,
             created_at: row.created_at,
             updated_at: row.updated_at,
         })
@@ -75,7 +80,7 @@ pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Op
     sqlx::query_as!(
         StoredOrder,
         r#"SELECT order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
-                  rejection_reason, created_at, updated_at
+                  rejection_reason, payment_due_at, created_at, updated_at
            FROM orders WHERE order_id = $1"#,
         order_id.0,
     )
@@ -102,7 +107,7 @@ pub async fn list(conn: &mut PgConnection, query: &ListQuery) -> sqlx::Result<Ve
     let rows = sqlx::query_as!(
         StoredOrder,
         r#"SELECT order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
-                  rejection_reason, created_at, updated_at
+                  rejection_reason, payment_due_at, created_at, updated_at
            FROM orders
            WHERE ($1::bigint IS NULL OR user_id = $1)
              AND ($2::text IS NULL OR status = $2)
@@ -155,9 +160,12 @@ pub async fn lock_for_settlement(
 }
 
 /// Moves every `(order, status, reason)` from `PENDING` in one statement; how many moved.
+/// An order moved to `AWAITING_PAYMENT` is due `window` from now, by this database's clock:
+/// the window in force at this moment, fixed on the order (docs/contract.md §3.1.1).
 pub async fn settle_pending_all(
     conn: &mut PgConnection,
     settled: &[(Uuid, OrderStatus, Option<RejectionReason>)],
+    window: PaymentWindow,
 ) -> sqlx::Result<u64> {
     if settled.is_empty() {
         return Ok(0);
@@ -169,12 +177,15 @@ pub async fn settle_pending_all(
         .map(|s| s.2.map(|reason| reason.as_str().to_owned()))
         .collect();
     let done = sqlx::query!(
-        "UPDATE orders o SET status = v.status, rejection_reason = v.reason, updated_at = now()
+        "UPDATE orders o SET status = v.status, rejection_reason = v.reason, updated_at = now(),
+             payment_due_at = CASE WHEN v.status = 'AWAITING_PAYMENT'
+                                   THEN now() + make_interval(secs => $4) END
          FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v(order_id, status, reason)
          WHERE o.order_id = v.order_id AND o.status = 'PENDING'",
         &ids,
         &statuses,
         &reasons as &[Option<String>],
+        window.as_secs_f64(),
     )
     .execute(conn)
     .await?;
@@ -182,14 +193,14 @@ pub async fn settle_pending_all(
 }
 
 /// Records that inventory holds nothing any more (its stock came back, or none was ever
-/// taken) for those of the cancelled `order_ids` not yet known so, in one statement.
+/// taken) for those of the cancelled or expired `order_ids` not yet known so, in one statement.
 pub async fn record_released_all(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<()> {
     if order_ids.is_empty() {
         return Ok(());
     }
     sqlx::query!(
         "UPDATE orders SET released_at = now()
-         WHERE order_id = ANY($1) AND status = 'CANCELLED' AND released_at IS NULL",
+         WHERE order_id = ANY($1) AND status IN ('CANCELLED', 'EXPIRED') AND released_at IS NULL",
         order_ids,
     )
     .execute(conn)
@@ -205,7 +216,7 @@ pub async fn find_for_update(
     sqlx::query_as!(
         StoredOrder,
         r#"SELECT order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
-                  rejection_reason, created_at, updated_at
+                  rejection_reason, payment_due_at, created_at, updated_at
            FROM orders WHERE order_id = $1 FOR UPDATE"#,
         order_id.0,
     )
@@ -213,6 +224,17 @@ pub async fn find_for_update(
     .await?
     .map(OrderRow::try_from)
     .transpose()
+}
+
+/// [`find_for_update`] for a caller: with an `owner`, another user's order is not there (its
+/// existence is not revealed).
+pub async fn find_owned_for_update(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    owner: Option<UserId>,
+) -> sqlx::Result<Option<OrderRow>> {
+    let row = find_for_update(conn, order_id).await?;
+    Ok(row.filter(|row| owner.is_none_or(|owner| owner.0 == row.user_id)))
 }
 
 pub async fn set_status(
@@ -224,7 +246,7 @@ pub async fn set_status(
         StoredOrder,
         r#"UPDATE orders SET status = $2, updated_at = now() WHERE order_id = $1
            RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
-                     rejection_reason, created_at, updated_at"#,
+                     rejection_reason, payment_due_at, created_at, updated_at"#,
         order_id.0,
         to.as_str(),
     )

@@ -1,6 +1,10 @@
 //! The orders routes: `POST /orders` (placed through the intake), `GET /orders/{order_id}`,
-//! `GET /orders` (a page, newest first, filtered) and `POST /orders/{order_id}/cancel`. Thin:
-//! parse, call the use case or the queries, shape the answer.
+//! `GET /orders` (a page, newest first, filtered), and the status changes a customer asks
+//! for: [`cancel`] and [`confirm`]. Thin: parse, call the use case or the queries, shape the
+//! answer.
+
+pub mod cancel;
+pub mod confirm;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -19,12 +23,11 @@ use crate::error::ApiError;
 use crate::identity::Caller;
 use crate::orders::OrderStatus;
 use crate::orders::place;
-use crate::orders::settle::Cancelled;
 use crate::orders::view::Order;
 use crate::state::AppState;
 
-const PROBLEM: &str = "application/problem+json";
-const UNAUTHORIZED: &str = "`unauthorized`: identity is on and the bearer token is missing or invalid (checked before anything else)";
+pub(crate) const PROBLEM: &str = "application/problem+json";
+pub(crate) const UNAUTHORIZED: &str = "`unauthorized`: identity is on and the bearer token is missing or invalid (checked before anything else)";
 
 /// Create an order
 ///
@@ -192,7 +195,8 @@ fn parse_user_id(raw: &str) -> Result<UserId, ApiError> {
 fn parse_status(raw: &str) -> Result<OrderStatus, ApiError> {
     OrderStatus::parse(raw.trim()).ok_or_else(|| {
         ApiError::Validation(format!(
-            "status must be one of PENDING, CONFIRMED, REJECTED, CANCELLED; got {raw:?}"
+            "status must be one of {}; got {raw:?}",
+            OrderStatus::ALL.map(OrderStatus::as_str).join(", ")
         ))
     })
 }
@@ -228,44 +232,5 @@ mod tests {
         for bad in ["", "abc", "1.2", "x.0193f6a27c1e7d3a9f0e2b4c5d6e7f80"] {
             assert!(decode_cursor(bad).is_err(), "{bad}");
         }
-    }
-}
-
-/// Cancel an order
-///
-/// `PENDING` or `CONFIRMED` orders become `CANCELLED` and inventory gives back whatever it
-/// deducted for them (once). Cancelling a cancelled order returns it again. With end-user
-/// identity on, another user's order is 404 and stays as it is.
-#[utoipa::path(
-    post, path = "/orders/{order_id}/cancel", operation_id = "cancel_order", tag = "orders",
-    security((), ("bearerJwt" = [])),
-    params(("order_id" = Uuid, Path, description = "The order's id")),
-    responses(
-        (status = 200, description = "The cancelled order", body = Order),
-        (status = 401, description = UNAUTHORIZED, body = shared::Problem, content_type = PROBLEM,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`, with `error=\"invalid_token\"` when a token was sent"))),
-        (status = 404, description = "No such order (or, with identity on, not the caller's)", body = shared::Problem, content_type = PROBLEM),
-        (status = 409, description = "The order was rejected; there is nothing to cancel", body = shared::Problem, content_type = PROBLEM),
-    )
-)]
-pub async fn cancel(
-    caller: Caller,
-    State(state): State<AppState>,
-    trace: TraceContext,
-    Path(order_id): Path<Uuid>,
-) -> Result<Json<Order>, ApiError> {
-    let order_id = OrderId(order_id);
-    let mut tx = state.db.begin().await?;
-    let outcome = crate::orders::settle::cancel(&mut tx, order_id, caller.0, &trace).await?;
-    tx.commit().await?;
-    match outcome {
-        Cancelled::Now(row, transition) => {
-            state.outbox.wake();
-            transition.record();
-            Ok(Json(row.into()))
-        }
-        Cancelled::Already(row) => Ok(Json(row.into())),
-        Cancelled::Rejected => Err(ApiError::NotCancellable(order_id)),
-        Cancelled::NotFound => Err(ApiError::OrderNotFound(order_id)),
     }
 }

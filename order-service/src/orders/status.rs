@@ -1,4 +1,8 @@
-//! The order status machine: `PENDING -> CONFIRMED | REJECTED | CANCELLED`, `CONFIRMED -> CANCELLED`.
+//! The order status machine (docs/contract.md §3.1, §3.1.1):
+//! `PENDING -> AWAITING_PAYMENT | CONFIRMED | REJECTED | CANCELLED`,
+//! `AWAITING_PAYMENT -> CONFIRMED | EXPIRED | CANCELLED`, `CONFIRMED -> CANCELLED`.
+//! `PENDING -> CONFIRMED` is the way with the payment window off, `PENDING -> AWAITING_PAYMENT`
+//! the way with it on.
 
 use serde::{Deserialize, Serialize};
 use shared::events::RejectionReason;
@@ -8,25 +12,33 @@ use utoipa::ToSchema;
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OrderStatus {
     Pending,
+    /// Stock reserved; waits for `POST /orders/{order_id}/confirm` until `payment_due_at`.
+    AwaitingPayment,
     Confirmed,
     Rejected,
     Cancelled,
+    /// Not confirmed by `payment_due_at`: its stock was given back.
+    Expired,
 }
 
 impl OrderStatus {
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 6] = [
         Self::Pending,
+        Self::AwaitingPayment,
         Self::Confirmed,
         Self::Rejected,
         Self::Cancelled,
+        Self::Expired,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "PENDING",
+            Self::AwaitingPayment => "AWAITING_PAYMENT",
             Self::Confirmed => "CONFIRMED",
             Self::Rejected => "REJECTED",
             Self::Cancelled => "CANCELLED",
+            Self::Expired => "EXPIRED",
         }
     }
 
@@ -45,13 +57,28 @@ impl OrderStatus {
             (self, to),
             (
                 Self::Pending,
-                Self::Confirmed | Self::Rejected | Self::Cancelled
+                Self::AwaitingPayment | Self::Confirmed | Self::Rejected | Self::Cancelled
+            ) | (
+                Self::AwaitingPayment,
+                Self::Confirmed | Self::Expired | Self::Cancelled
             ) | (Self::Confirmed, Self::Cancelled)
         )
     }
+
+    /// Whether the order has settled (docs/contract.md §4.3, invariant 3): `order_end_to_end_seconds`
+    /// ends at the first such status. `CONFIRMED` counts although a cancel may still follow;
+    /// `AWAITING_PAYMENT` does not, since the customer still has to act.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::Pending | Self::AwaitingPayment)
+    }
+
+    /// Whether inventory was asked to give the order's stock back (the saga's compensation).
+    pub fn gave_back(self) -> bool {
+        matches!(self, Self::Cancelled | Self::Expired)
+    }
 }
 
-/// A status text that is none of the four.
+/// A status text that is none of the known ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown order status {0:?}")]
 pub struct UnknownStatus(pub String);
@@ -69,9 +96,13 @@ mod tests {
     #[test]
     fn only_the_listed_transitions_are_allowed() {
         let allowed = [
+            (Pending, AwaitingPayment),
             (Pending, Confirmed),
             (Pending, Rejected),
             (Pending, Cancelled),
+            (AwaitingPayment, Confirmed),
+            (AwaitingPayment, Expired),
+            (AwaitingPayment, Cancelled),
             (Confirmed, Cancelled),
         ];
         for from in OrderStatus::ALL {
@@ -84,6 +115,10 @@ mod tests {
             }
         }
         assert_eq!(OrderStatus::parse("CANCELLED"), Some(Cancelled));
+        assert_eq!(
+            OrderStatus::parse("AWAITING_PAYMENT"),
+            Some(AwaitingPayment)
+        );
         assert_eq!(OrderStatus::parse("cancelled"), None);
         assert_eq!(OrderStatus::read("CONFIRMED"), Ok(Confirmed));
         assert!(OrderStatus::read("SHIPPED").is_err());
@@ -92,5 +127,21 @@ mod tests {
             Ok(RejectionReason::UnknownProduct)
         );
         assert!(read_rejection_reason("out_of_stock").is_err());
+    }
+
+    #[test]
+    fn an_order_waiting_for_its_payment_has_not_settled_and_only_endings_give_stock_back() {
+        let terminal: Vec<_> = OrderStatus::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .collect();
+        assert_eq!(terminal, [Confirmed, Rejected, Cancelled, Expired]);
+        for status in OrderStatus::ALL {
+            assert_eq!(status.gave_back(), [Cancelled, Expired].contains(&status));
+            // Nothing leaves a status that gave the stock back.
+            assert!(
+                !status.gave_back() || OrderStatus::ALL.iter().all(|&to| !status.can_become(to))
+            );
+        }
     }
 }

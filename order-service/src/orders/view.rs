@@ -13,7 +13,7 @@ use crate::orders::{NewOrder, OrderStatus};
 #[schema(example = json!({
     "order_id": "0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80", "user_id": 1,
     "items": [{"product_id": 1001, "quantity": 2}], "amount": "200.00", "status": "PENDING",
-    "rejection_reason": null, "created_at": "2026-11-29T21:00:00.123456Z",
+    "rejection_reason": null, "payment_due_at": null, "created_at": "2026-11-29T21:00:00.123456Z",
     "updated_at": "2026-11-29T21:00:00.123456Z"
 }))]
 pub struct Order {
@@ -27,6 +27,11 @@ pub struct Order {
     /// `insufficient_stock` or `unknown_product` when `REJECTED`, else `null`.
     #[schema(example = json!(null))]
     pub rejection_reason: Option<RejectionReason>,
+    /// With a payment window (`ORDER_PAYMENT_WINDOW_SECS`): when the order stops waiting for
+    /// its payment, set as it becomes `AWAITING_PAYMENT` and kept after; `null` on an order
+    /// that never waited.
+    #[schema(example = json!(null))]
+    pub payment_due_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -41,6 +46,7 @@ impl Order {
             amount: format!("{:.2}", order.amount),
             status: OrderStatus::Pending,
             rejection_reason: None,
+            payment_due_at: None,
             created_at,
             updated_at: created_at,
         }
@@ -56,6 +62,7 @@ impl From<OrderRow> for Order {
             amount: format!("{:.2}", row.amount),
             status: row.status,
             rejection_reason: row.rejection_reason,
+            payment_due_at: row.payment_due_at,
             created_at: row.created_at,
             updated_at: row.updated_at,
         }

@@ -2,6 +2,7 @@
 //! ids together, each verdict judged as if alone and in arrival order; a batch of one takes
 //! the same path.
 
+use order_service::orders::payment::PaymentWindow;
 use order_service::orders::settle::{self, Effect, Incoming, MessageKey, Verdict};
 use platform::messaging::consumer::Handled;
 use platform::telemetry::TraceContext;
@@ -62,7 +63,7 @@ fn message_id(incoming: &Incoming) -> Uuid {
 
 async fn settle_committed(pool: &PgPool, incoming: &[Incoming]) -> Vec<Handled> {
     let mut tx = pool.begin().await.expect("a transaction");
-    let settled = settle::settle_all(&mut tx, incoming)
+    let settled = settle::settle_all(&mut tx, incoming, PaymentWindow::OFF)
         .await
         .expect("settles");
     tx.commit().await.expect("commits");

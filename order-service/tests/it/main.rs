@@ -17,6 +17,7 @@ mod listing;
 mod messaging;
 mod openapi_snapshot;
 mod outbox;
+mod payment;
 mod process;
 mod reconciliation;
 mod recovery;

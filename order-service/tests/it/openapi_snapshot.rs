@@ -44,6 +44,7 @@ fn the_bearer_jwt_is_optional_on_the_protected_operations_and_user_id_in_the_bod
         "get_order",
         "list_orders",
         "cancel_order",
+        "confirm_order",
     ];
     let mut seen = 0;
     for (path, item) in spec["paths"].as_object().expect("paths") {

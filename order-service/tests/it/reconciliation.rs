@@ -10,6 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use order_service::orders::payment::PaymentWindow;
 use order_service::orders::reconcile::{ReconcileSettings, reconcile_once};
 use order_service::orders::settle::consumer::InventoryEvents;
 use platform::messaging::consumer::{Handled, Message};
@@ -88,6 +89,7 @@ async fn inventory_stub(inventory: Inventory) -> ReconcileSettings {
         after: Duration::ZERO,
         every: Duration::from_secs(3600),
         batch: 100,
+        payment_window: PaymentWindow::OFF,
     }
 }
 
@@ -214,6 +216,7 @@ async fn an_unreachable_inventory_changes_nothing() {
         after: Duration::ZERO,
         every: Duration::from_secs(3600),
         batch: 100,
+        payment_window: PaymentWindow::OFF,
     };
     reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
         .await
@@ -371,6 +374,7 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
     let handler = InventoryEvents {
         db: app.db.pool.clone(),
         outbox: OutboxSignal::default(),
+        window: PaymentWindow::OFF,
     };
     let released = Envelope::new(InventoryEvent::Released(StockReleased {
         order_id: OrderId(order.parse().expect("uuid")),
@@ -403,4 +407,46 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
         .expect("round");
     assert_eq!((looked_at, inventory.asked(&order)), (0, 0));
     assert_eq!(cancellations(&app, &order).await.0, 1);
+}
+
+#[tokio::test]
+async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled_one() {
+    let app = TestApp::spawn_with(|c| {
+        c.payment_window = PaymentWindow::from_secs(1);
+        c.payment_expiry_every = Duration::from_millis(100);
+    })
+    .await;
+    let inventory = Inventory::default();
+    let settings = inventory_stub(inventory.clone()).await;
+    let order = id(&app.create_order(&order_body(1, 1001, 1)).await);
+    crate::payment::reserve(&app, &order, PaymentWindow::from_secs(1)).await;
+    app.wait_for_status(&order, "EXPIRED").await;
+    sqlx::query("UPDATE outbox SET status = 'dead' WHERE routing_key = 'order.cancelled'")
+        .execute(&app.db.pool)
+        .await
+        .expect("dead");
+    inventory.answer(&order, "APPLIED");
+
+    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
+    assert_eq!(looked_at, 1);
+    assert_eq!(
+        cancellations(&app, &order).await,
+        (2, 1),
+        "the dead one and a new one"
+    );
+    assert_eq!(app.order_status(&order).await, "EXPIRED");
+
+    // Inventory released it: recorded, and not asked about again.
+    publish(&app, "order.cancelled").await;
+    inventory.answer(&order, "RELEASED");
+    reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
+    assert!(release_recorded(&app, &order).await);
+    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
+    assert_eq!(looked_at, 0);
 }

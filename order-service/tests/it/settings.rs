@@ -17,6 +17,10 @@ const REFUSED: &[(&str, &str)] = &[
     ("CONSUMER_CONCURRENCY", "0"),
     ("VACUUM_EVERY_SECS", "0"),
     ("INTAKE_BATCH_MAX", "0"),
+    // A day at most; no negative window.
+    ("ORDER_PAYMENT_WINDOW_SECS", "86401"),
+    ("ORDER_PAYMENT_WINDOW_SECS", "-1"),
+    ("ORDER_PAYMENT_WINDOW_SECS", "soon"),
     ("IDEMPOTENCY_TOKEN_TTL_SECS", "soon"),
     ("IDEMPOTENCY_TOKEN_SECRET", "too short"),
     ("AMQP_URL", "http://127.0.0.1:5672"),

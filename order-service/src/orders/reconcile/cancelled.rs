@@ -1,4 +1,5 @@
-//! `CANCELLED` orders whose stock is not known to be back. Inventory's record decides:
+//! `CANCELLED` and `EXPIRED` orders (both gave their stock back) whose stock is not known to
+//! be back. Inventory's record decides:
 //! - `RELEASED`, `CANCELLED` (a tombstone) or `REJECTED`: it holds nothing for the order, for
 //!   good; that is recorded and the order is not asked about again;
 //! - `APPLIED`, or no record at all (the cancellation must still go, to leave a tombstone for
@@ -48,7 +49,7 @@ pub(super) async fn reconcile(
     if !released.is_empty() {
         // Recorded through the consumer's path, as an `inventory.released` would be.
         let mut tx = db.begin().await?;
-        settle::settle_all(&mut tx, &released).await?;
+        settle::settle_all(&mut tx, &released, settings.payment_window).await?;
         tx.commit().await?;
     }
     send_again(db, &to_send).await?;
@@ -64,13 +65,18 @@ async fn send_again(db: &PgPool, orders: &[OrderId]) -> sqlx::Result<()> {
     }
     let mut tx = db.begin().await?;
     let unsent = super::queries::unsent(&mut tx, keys::ORDER_CANCELLED, orders).await?;
-    for &order_id in orders {
-        if unsent.contains(&order_id) {
+    let again = orders.iter().copied().filter(|order_id| {
+        if unsent.contains(order_id) {
             tracing::debug!(%order_id, "a cancellation still waits in the outbox");
-            continue;
+            return false;
         }
-        tracing::info!(%order_id, "stock may still be held for a cancelled order; sending its cancellation again");
-        settle::request_release(&mut tx, order_id, &TraceContext::new_root()).await?;
-    }
+        tracing::info!(%order_id, "stock may still be held for a cancelled or expired order; sending its cancellation again");
+        true
+    });
+    settle::request_releases(
+        &mut tx,
+        again.map(|order| (order, TraceContext::new_root())),
+    )
+    .await?;
     tx.commit().await
 }

@@ -3,9 +3,9 @@
 //! - orders still `PENDING` after `RECONCILE_AFTER_SECS` ([`pending`]): settled from
 //!   inventory's record, or their `order.created` published again unless one still waits
 //!   in the outbox;
-//! - orders `CANCELLED` that long ago whose release is not recorded ([`cancelled`]): their
-//!   `order.cancelled` is sent again until inventory holds nothing for them, so a lost or dead
-//!   cancellation never leaves stock deducted.
+//! - orders `CANCELLED` or `EXPIRED` that long ago whose release is not recorded
+//!   ([`cancelled`]): their `order.cancelled` is sent again until inventory holds nothing for
+//!   them, so a lost or dead cancellation never leaves stock deducted.
 //!
 //! Inventory handles each order once whichever copy of an event arrives first, so sending
 //! one again is always safe.
@@ -22,6 +22,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use self::inventory::Inventory;
+use crate::orders::payment::PaymentWindow;
 
 #[derive(Debug, Clone)]
 pub struct ReconcileSettings {
@@ -32,6 +33,8 @@ pub struct ReconcileSettings {
     pub after: Duration,
     pub every: Duration,
     pub batch: i64,
+    /// A reservation learned from inventory settles a `PENDING` order as the consumer would.
+    pub payment_window: PaymentWindow,
 }
 
 /// Runs a round every `settings.every` until `shutdown`.

@@ -54,7 +54,7 @@ pub(super) async fn reconcile(
     if !learned.is_empty() || !unseen.is_empty() {
         // What was learned goes through the consumer's path, in one transaction.
         let mut tx = db.begin().await?;
-        let settled = settle::settle_all(&mut tx, &learned).await?;
+        let settled = settle::settle_all(&mut tx, &learned, settings.payment_window).await?;
         let again = republications(&mut tx, &unseen).await?;
         platform::messaging::outbox::enqueue_all(&mut tx, again).await?;
         tx.commit().await?;

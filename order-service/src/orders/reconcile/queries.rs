@@ -28,7 +28,7 @@ pub async fn claim_stale_pending(
                      < now() - make_interval(secs => $1)
                ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
            RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
-                     rejection_reason, created_at, updated_at"#,
+                     rejection_reason, payment_due_at, created_at, updated_at"#,
         older_than.as_secs_f64(),
         limit,
     )
@@ -40,8 +40,9 @@ pub async fn claim_stale_pending(
     Ok(orders)
 }
 
-/// Claims up to `limit` `CANCELLED` orders whose release is not recorded, cancelled (their
-/// last change) and not reconciled for `older_than`, oldest cancellation first; stamped like
+/// Claims up to `limit` `CANCELLED` or `EXPIRED` orders whose release is not recorded,
+/// cancelled or expired (their last change) and not reconciled for `older_than`, oldest
+/// first; stamped like
 /// [`claim_stale_pending`], so an order is asked about and its cancellation sent again at
 /// most once a period, by one instance.
 pub async fn claim_stale_cancelled(
@@ -54,12 +55,12 @@ pub async fn claim_stale_cancelled(
         r#"UPDATE orders SET reconciled_at = now()
            WHERE order_id IN (
                SELECT order_id FROM orders
-               WHERE status = 'CANCELLED' AND released_at IS NULL
+               WHERE status IN ('CANCELLED', 'EXPIRED') AND released_at IS NULL
                  AND GREATEST(updated_at, COALESCE(reconciled_at, updated_at))
                      < now() - make_interval(secs => $1)
                ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)
            RETURNING order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
-                     rejection_reason, created_at, updated_at"#,
+                     rejection_reason, payment_due_at, created_at, updated_at"#,
         older_than.as_secs_f64(),
         limit,
     )

@@ -6,8 +6,9 @@
 //!
 //! The outcome of every event is the one handling them one at a time would give: a
 //! duplicate (its id recorded before, or earlier in the batch) changes nothing; a verdict
-//! moves a `PENDING` order; a later verdict for the same order is late and ignored; a
-//! reservation for a cancelled order asks for a release again.
+//! moves a `PENDING` order (a reservation to `AWAITING_PAYMENT` while a payment window is in
+//! force, else to `CONFIRMED`); a later verdict for the same order is late and ignored; a
+//! reservation for a cancelled or expired order asks for a release again.
 
 use std::collections::{HashMap, HashSet};
 
@@ -23,12 +24,13 @@ use uuid::Uuid;
 
 use super::{Transition, Verdict, target};
 use crate::orders::OrderStatus;
+use crate::orders::payment::PaymentWindow;
 
 /// What an event asks of its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
     Verdict(OrderId, Verdict),
-    /// The cancelled order's stock is back.
+    /// The cancelled or expired order's stock is back.
     Released(OrderId),
 }
 
@@ -91,10 +93,12 @@ struct Order {
     created_at: DateTime<Utc>,
 }
 
-/// Settles `incoming` inside the caller's transaction; the caller commits.
+/// Settles `incoming` inside the caller's transaction, a reservation by the payment `window`
+/// in force now; the caller commits.
 pub async fn settle_all(
     conn: &mut PgConnection,
     incoming: &[Incoming],
+    window: PaymentWindow,
 ) -> Result<Settled, SettleError> {
     let mut order_ids: Vec<Uuid> = incoming.iter().map(|i| i.effect.order_id().0).collect();
     order_ids.sort_unstable();
@@ -141,20 +145,20 @@ pub async fn settle_all(
         };
         match event.effect {
             Effect::Verdict(_, verdict) if order.status == OrderStatus::Pending => {
-                let (to, reason) = target(verdict);
+                let (to, reason) = target(verdict, window);
                 order.status = to;
                 settled.push((order_id.0, to, reason));
                 transitions.push(Transition::left_pending(to, order.created_at));
             }
-            Effect::Verdict(_, Verdict::Reserved) if order.status == OrderStatus::Cancelled => {
-                tracing::info!(%order_id, "stock reserved for a cancelled order; asking for its release");
+            Effect::Verdict(_, Verdict::Reserved) if order.status.gave_back() => {
+                tracing::info!(%order_id, status = order.status.as_str(), "stock reserved for an order that gave it back; asking for its release");
                 outbox.push(release_request(order_id, &event.trace)?);
             }
             Effect::Verdict(..) => {
                 tracing::debug!(%order_id, status = order.status.as_str(), "late verdict ignored");
             }
             Effect::Released(_) => {
-                if order.status == OrderStatus::Cancelled && !order.released {
+                if order.status.gave_back() && !order.released {
                     order.released = true;
                     released.push(order_id.0);
                 }
@@ -162,7 +166,7 @@ pub async fn settle_all(
         }
     }
 
-    let moved = crate::orders::queries::settle_pending_all(conn, &settled).await?;
+    let moved = crate::orders::queries::settle_pending_all(conn, &settled, window).await?;
     if moved != settled.len() as u64 {
         // The rows are locked: only a concurrent change this code does not know could do it.
         return Err(SettleError::Raced);

@@ -5,7 +5,7 @@
 //! A message that cannot be parsed is poison on its own. A batch that fails as a whole is
 //! settled again one message at a time by the consumer loop ([`platform::messaging::consumer::handle`]).
 //!
-//! `inventory.released` records on the cancelled order that its stock is back, so
+//! `inventory.released` records on the cancelled or expired order that its stock is back, so
 //! reconciliation stops asking inventory about it.
 
 use platform::messaging::consumer::{ConsumeError, Handler, Message, Outcome};
@@ -13,6 +13,7 @@ use platform::messaging::outbox::OutboxSignal;
 use shared::events::{Envelope, InventoryEvent};
 use sqlx::PgPool;
 
+use crate::orders::payment::PaymentWindow;
 use crate::orders::settle::{self, Effect, Incoming, MessageKey, SettleError, Verdict};
 
 #[derive(Debug, Clone)]
@@ -20,6 +21,8 @@ pub struct InventoryEvents {
     pub db: PgPool,
     /// A verdict for a cancelled order writes a release request to the outbox.
     pub outbox: OutboxSignal,
+    /// `ORDER_PAYMENT_WINDOW_SECS`: whether a reservation makes an order wait for its payment.
+    pub window: PaymentWindow,
 }
 
 impl Handler for InventoryEvents {
@@ -55,7 +58,7 @@ impl InventoryEvents {
             return Ok(Vec::new());
         }
         let mut tx = self.db.begin().await?;
-        let settled = match settle::settle_all(&mut tx, incoming).await {
+        let settled = match settle::settle_all(&mut tx, incoming, self.window).await {
             Ok(settled) => settled,
             Err(SettleError::Raced) => {
                 return Err(ConsumeError::Contention(SettleError::Raced.to_string()));

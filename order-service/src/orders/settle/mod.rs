@@ -13,6 +13,7 @@ pub mod consumer;
 
 use crate::metrics::{ORDER_END_TO_END_SECONDS, ORDER_TRANSITIONS_TOTAL};
 use crate::orders::OrderStatus;
+use crate::orders::payment::{PaymentWindow, expiry};
 use crate::orders::queries::OrderRow;
 
 /// Inventory's answer about an order's stock.
@@ -27,7 +28,7 @@ pub enum Verdict {
 #[must_use = "record the transition after the commit"]
 pub struct Transition {
     to: OrderStatus,
-    /// Seconds from creation, when the order left `PENDING`.
+    /// Seconds from creation, when the order reached its first terminal status.
     end_to_end: Option<f64>,
 }
 
@@ -35,15 +36,22 @@ pub use batch::{Effect, Incoming, MessageKey, SettleError, Settled, settle_all};
 
 impl Transition {
     /// The change `from` → `to` of `row`'s order (`to` is what the caller just wrote).
-    fn from_row(row: &OrderRow, from: OrderStatus, to: OrderStatus) -> Self {
-        let end_to_end = (from == OrderStatus::Pending)
-            .then(|| (Utc::now() - row.created_at).as_seconds_f64().max(0.0));
-        Self { to, end_to_end }
+    pub(crate) fn from_row(row: &OrderRow, from: OrderStatus, to: OrderStatus) -> Self {
+        Self::of(to, (!from.is_terminal()).then_some(row.created_at))
     }
 
     /// An order that left `PENDING` for `to`, created at `created_at`.
     fn left_pending(to: OrderStatus, created_at: chrono::DateTime<Utc>) -> Self {
-        let end_to_end = Some((Utc::now() - created_at).as_seconds_f64().max(0.0));
+        Self::of(to, Some(created_at))
+    }
+
+    /// An order entering `to`, timed from `created_at` if it had not ended before: an order
+    /// ends at its first terminal status (`AWAITING_PAYMENT` is none, see
+    /// [`OrderStatus::is_terminal`]).
+    fn of(to: OrderStatus, created_at: Option<chrono::DateTime<Utc>>) -> Self {
+        let end_to_end = created_at
+            .filter(|_| to.is_terminal())
+            .map(|created_at| (Utc::now() - created_at).as_seconds_f64().max(0.0));
         Self { to, end_to_end }
     }
 
@@ -55,9 +63,10 @@ impl Transition {
     }
 }
 
-fn target(verdict: Verdict) -> (OrderStatus, Option<RejectionReason>) {
+/// What `verdict` makes of a `PENDING` order while `window` is in force.
+fn target(verdict: Verdict, window: PaymentWindow) -> (OrderStatus, Option<RejectionReason>) {
     match verdict {
-        Verdict::Reserved => (OrderStatus::Confirmed, None),
+        Verdict::Reserved => (window.reserved(), None),
         Verdict::Rejected(reason) => (OrderStatus::Rejected, Some(reason)),
     }
 }
@@ -65,48 +74,61 @@ fn target(verdict: Verdict) -> (OrderStatus, Option<RejectionReason>) {
 /// What a cancel request found and did.
 #[derive(Debug)]
 pub enum Cancelled {
+    /// Its stock is being given back: cancelled now, or expired now when its payment window
+    /// had closed (docs/contract.md §3.1.1).
     Now(OrderRow, Transition),
+    /// Cancelled or expired before: returned as it is.
     Already(OrderRow),
     Rejected,
     NotFound,
 }
 
-/// Cancels a `PENDING` or `CONFIRMED` order and emits `order.cancelled` (the saga's
-/// compensation); cancelling a cancelled order changes nothing. With an `owner`, only an
-/// order of theirs is found.
+/// Cancels a `PENDING`, `AWAITING_PAYMENT` or `CONFIRMED` order and emits `order.cancelled`
+/// (the saga's compensation); an order waiting for its payment at or after its due time
+/// expires instead. A cancelled or expired order is returned unchanged. With an `owner`, only
+/// an order of theirs is found.
 pub async fn cancel(
     conn: &mut PgConnection,
     order_id: OrderId,
     owner: Option<UserId>,
     trace: &TraceContext,
 ) -> sqlx::Result<Cancelled> {
-    let Some(row) = crate::orders::queries::find_for_update(conn, order_id).await? else {
+    let Some(row) = crate::orders::queries::find_owned_for_update(conn, order_id, owner).await?
+    else {
         return Ok(Cancelled::NotFound);
     };
-    // Another user's order is not there for this caller (its existence is not revealed).
-    if owner.is_some_and(|owner| owner.0 != row.user_id) {
-        return Ok(Cancelled::NotFound);
-    }
     let from = row.status;
-    if from == OrderStatus::Cancelled {
+    if from.gave_back() {
         return Ok(Cancelled::Already(row));
+    }
+    if from == OrderStatus::AwaitingPayment {
+        // The window closed first: the clock decided, whether or not the expiry ran yet.
+        if let Some((row, transition)) = expiry::expire(conn, Some((order_id, trace)), 1)
+            .await?
+            .pop()
+        {
+            return Ok(Cancelled::Now(row, transition));
+        }
     }
     if !from.can_become(OrderStatus::Cancelled) {
         return Ok(Cancelled::Rejected);
     }
     let row = crate::orders::queries::set_status(conn, order_id, OrderStatus::Cancelled).await?;
-    request_release(conn, order_id, trace).await?;
+    request_releases(conn, [(order_id, trace.clone())]).await?;
     let transition = Transition::from_row(&row, from, OrderStatus::Cancelled);
     Ok(Cancelled::Now(row, transition))
 }
 
-/// Writes an `order.cancelled` ([`batch::release_request`]) to the outbox in the caller's
-/// transaction.
-pub(crate) async fn request_release(
+/// Writes an `order.cancelled` ([`batch::release_request`]) for each order to the outbox in
+/// the caller's transaction, in one statement: the one way an order's stock is asked back,
+/// whether it was cancelled, expired, or its release is sent again.
+pub(crate) async fn request_releases(
     conn: &mut PgConnection,
-    order_id: OrderId,
-    trace: &TraceContext,
+    orders: impl IntoIterator<Item = (OrderId, TraceContext)>,
 ) -> sqlx::Result<()> {
-    let row = batch::release_request(order_id, trace)?;
-    platform::messaging::outbox::enqueue_all(conn, vec![row]).await
+    let rows = orders
+        .into_iter()
+        .map(|(order_id, trace)| batch::release_request(order_id, &trace))
+        .collect::<sqlx::Result<Vec<_>>>()?;
+    platform::messaging::outbox::enqueue_all(conn, rows).await
 }

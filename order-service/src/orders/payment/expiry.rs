@@ -1,0 +1,94 @@
+//! The expiry of orders whose payment window closed: a loop on every instance moves the
+//! orders still `AWAITING_PAYMENT` at their `payment_due_at` to `EXPIRED` within a period, and
+//! in the same transaction asks inventory for their stock back through the path a cancellation
+//! takes ([`settle::request_releases`]). A cancel that finds the window closed expires its
+//! order with the same code ([`expire`]): there is one way to expire an order.
+//!
+//! Several instances run the loop at once: a batch is claimed with `FOR UPDATE SKIP LOCKED`,
+//! so each due order is expired by one of them, and an order a confirm holds is left to it.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use platform::messaging::outbox::OutboxSignal;
+use platform::telemetry::TraceContext;
+use shared::ids::OrderId;
+use sqlx::{PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
+
+use crate::orders::OrderStatus;
+use crate::orders::queries::OrderRow;
+use crate::orders::settle::{self, Transition};
+
+/// The most orders one transaction expires; a longer backlog takes several, back to back.
+pub const BATCH: i64 = 100;
+
+/// Expires what is due every `every` until `shutdown`, which it checks between batches only.
+pub async fn run(db: PgPool, outbox: OutboxSignal, every: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        loop {
+            match expire_batch(&db).await {
+                Ok(expired) => {
+                    if expired > 0 {
+                        outbox.wake();
+                    }
+                    if expired < BATCH as usize || shutdown.is_cancelled() {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(error = format!("{error:#}"), "payment expiry round failed");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// One batch: nothing due costs one read and no transaction; otherwise up to [`BATCH`] orders
+/// expire with their give-backs in one transaction. How many expired.
+pub async fn expire_batch(db: &PgPool) -> anyhow::Result<usize> {
+    let mut conn = db.acquire().await.context("acquiring a connection")?;
+    if !super::queries::any_due(&mut conn).await? {
+        return Ok(0);
+    }
+    drop(conn);
+    let mut tx = db.begin().await?;
+    let expired = expire(&mut tx, None, BATCH).await?;
+    tx.commit().await?;
+    let count = expired.len();
+    for (order, transition) in expired {
+        tracing::info!(order_id = %order.order_id, "payment window closed; order expired and its stock given back");
+        transition.record();
+    }
+    Ok(count)
+}
+
+/// Expires up to `limit` due orders (only `only`'s when given, with its request's trace) and
+/// writes their give-backs, in the caller's transaction; each expired order with the
+/// transition to record once the caller committed.
+pub async fn expire(
+    conn: &mut PgConnection,
+    only: Option<(OrderId, &TraceContext)>,
+    limit: i64,
+) -> sqlx::Result<Vec<(OrderRow, Transition)>> {
+    let rows = super::queries::expire_due(conn, only.map(|(order, _)| order), limit).await?;
+    // A new trace per order without a request: each order's saga is followed on its own.
+    let trace = |_: &OrderRow| only.map_or_else(TraceContext::new_root, |(_, t)| t.clone());
+    let releases = rows.iter().map(|row| (OrderId(row.order_id), trace(row)));
+    settle::request_releases(conn, releases).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let transition =
+                Transition::from_row(&row, OrderStatus::AwaitingPayment, OrderStatus::Expired);
+            (row, transition)
+        })
+        .collect())
+}
