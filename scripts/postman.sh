@@ -5,6 +5,7 @@
 #
 # 1. builds both services (debug; RELEASE=1 for release) and starts them on free ports with a
 #    fresh database each, their own Redis key prefix and RabbitMQ vhost (scripts/lib/stack.sh);
+#    order-service runs with a payment window of 3 s (ORDER_PAYMENT_WINDOW_SECS);
 # 2. runs the collection twice in a row against them (two iterations: the second finds the
 #    first one's data, which the collection must not trip over, since it makes fresh ids);
 # 3. stops the services and removes their state; exits non-zero when any test failed.
@@ -27,6 +28,9 @@ log "build"
 stack_build
 
 log "start both services"
+# With a payment window, so that the collection's order waits for its confirm and its last
+# folder sees an unpaid order expire.
+export ORDER_PAYMENT_WINDOW_SECS=3
 stack_start postman
 
 log "newman: postman/order-inventory.postman_collection.json, 2 iterations"
