@@ -318,9 +318,10 @@ class Checker:
         return restocks, deductions, orders
 
     def mono(self, stamp):
-        """A service's RFC 3339 time on the client's monotonic clock (inf when there is none)."""
+        """A service's RFC 3339 time on the client's monotonic clock (None when there is none,
+        or the history has no clock)."""
         at = epoch(stamp) if isinstance(stamp, str) else None
-        return INF if at is None or self.mono_offset is None else at + self.mono_offset
+        return None if at is None or self.mono_offset is None else at + self.mono_offset
 
     # ------------------------------------------------------------------ holds
     def hold_facts(self):
@@ -343,7 +344,7 @@ class Checker:
             info = {
                 "items": [(int(i["product_id"]), int(i["quantity"])) for i in asked["items"]],
                 "a": a, "created": created, "refused": refused, "final": final, "final_record": final_record,
-                "expires": self.mono(body_json(created).get("expires_at")) if created else INF,
+                "expires": self.mono(body_json(created).get("expires_at")) if created else None,
                 # answered CONFIRMED: its units left held for good before the answer
                 "confirmed": min((r["t1"] for r in ok_confirms if body_json(r).get("state") == "CONFIRMED"), default=INF),
                 "confirm_sent": min((r["t0"] for r in h["confirms"] if sent(r)), default=INF),
@@ -393,7 +394,7 @@ class Checker:
                 if info["created"] is not None and (state == "ABSENT" or not final.get("items")):
                     wrong("hold-lost", f"its try was answered 201, but at the end it is {state} with {final.get('items')}",
                           [info["created"], final_record])
-                if state == "HELD" and info["expires"] + 5.0 < final_record["t0"]:
+                if state == "HELD" and info["expires"] is not None and info["expires"] + 5.0 < final_record["t0"]:
                     wrong("hold-not-ended", "still HELD at quiescence, more than 5 s past its expires_at", [final_record])
             # A try after a cancel that said nothing was held (a tombstone, or a refused try)
             # holds nothing.
@@ -405,6 +406,8 @@ class Checker:
                     wrong("hold-after-tombstone", "a try sent after a cancel had left a tombstone was answered 201", [cancel, r])
                     break
             # The clock decides: no confirm after the deadline, no hold-expired well before it.
+            if info["expires"] is None:
+                continue
             if info["confirmed"] < INF and info["confirm_sent"] > info["expires"] + margin:
                 wrong("hold-deadline", "confirmed by a confirm first sent after its expires_at",
                       [r for r in h["confirms"] if r["outcome"] == "ok"][:1])
@@ -437,14 +440,15 @@ class Checker:
                     self.violate("confirmed-order-given-back", f"order {order_id} was confirmed (200), but it ends {status}"
                                  f"{'' if status != 'CANCELLED' else ' with no cancel sent after the confirm'}",
                                  [first_ok["seq"], record["seq"]])
-            due = due_of.get(order_id, INF)
-            if min(r["t0"] for r in rs if sent(r)) > due + CLOCK_MARGIN:
+            due = due_of.get(order_id)
+            if due is not None and min(r["t0"] for r in rs if sent(r)) > due + CLOCK_MARGIN:
                 self.violate("payment-deadline", f"order {order_id} confirmed (200) by a confirm first sent after "
                              "its payment_due_at", [first_ok["seq"]])
         for order_id, rs in self.confirms.items():
-            due = due_of.get(order_id, INF)
+            due = due_of.get(order_id)
             for r in rs:
-                if r["status"] == 409 and problem(r) == "payment-window-closed" and due < INF and r["t1"] < due - CLOCK_MARGIN:
+                if r["status"] == 409 and problem(r) == "payment-window-closed" and due is not None \
+                        and r["t1"] < due - CLOCK_MARGIN:
                     self.violate("payment-deadline", f"order {order_id} refused payment-window-closed before its "
                                  "payment_due_at", [r["seq"]])
                     break
@@ -488,13 +492,15 @@ class Checker:
                 held_max = sum(q for info, q in holds if info["a"] < e and not info["nothing"]
                                and min(info["confirmed"], info["cancelled"]) >= s)
                 held_min = sum(q for info, q in holds if info["created"] is not None and info["created"]["t1"] < s
-                               and info["end_sent"] > e and info["expires"] - CLOCK_MARGIN > e)
+                               and info["end_sent"] > e and info["expires"] is not None
+                               and info["expires"] - CLOCK_MARGIN > e)
                 if not held_min <= held <= held_max:
                     self.violate("held-bounds", f"product {product_id} read held {held}, outside [{held_min}, {held_max}] "
                                  f"(units of holds surely HELD at the read, possibly HELD)", [record["seq"]],
                                  lambda p=product_id, r=record: self.product_context(p, r))
                 held_now = sum(o["q"] for o in definite if o["cancel"] > e and
-                               (o["confirmed"] < s or o["awaiting"] < s and o["due"] - CLOCK_MARGIN > e))
+                               (o["confirmed"] < s or o["awaiting"] < s and o["due"] is not None
+                                and o["due"] - CLOCK_MARGIN > e))
                 upper = initial + r_a.before(e) - d_d.before(s) - held_now - sold_sure.before(s)
                 lower = initial + r_d.before(s) - d_a.before(e) - possible.before(e) - sold_maybe.before(e)
                 if not lower <= stock + held <= upper:
