@@ -19,7 +19,7 @@ from decimal import Decimal
 
 TERMINAL = {"CONFIRMED", "REJECTED", "CANCELLED", "EXPIRED"}
 # Where each status may go (itself included): contract §3.1, with the payment window's
-# statuses although this build never shows them.
+# statuses (§3.1.1).
 REACH = {
     "PENDING": {"PENDING", "AWAITING_PAYMENT", "CONFIRMED", "REJECTED", "CANCELLED", "EXPIRED"},
     "AWAITING_PAYMENT": {"AWAITING_PAYMENT", "CONFIRMED", "EXPIRED", "CANCELLED"},

@@ -14,7 +14,7 @@ A history record:
 a byte was sent, `status` null and `error` "refused"); `unknown` a 5xx, a timeout or a
 connection broken after the request was sent: it may or may not have taken effect.
 `key` names the logical operation the request belongs to (idempotency token, deduction id,
-restock key, order id); every attempt of one operation carries the same key.
+restock key, order id, hold id); every attempt of one operation carries the same key.
 
 Besides requests, the history holds records the checker only reports: `meta` (seed, settings),
 `fault` (what was done when), `rss` (memory of each instance).
@@ -22,7 +22,9 @@ Besides requests, the history holds records the checker only reports: `meta` (se
 The workers (Python threads, standard library only) each draw their mix from
 random.Random(f"{seed}-{worker}"): token + order creation, deliberate replays of an order's
 token and body, cancels of their own orders, direct deductions (and replays of their ids),
-restocks with an Idempotency-Key, product reads and order reads. Timing differs from run to
+holds (tries, replays of them, confirms, cancels, cancels before the try, short TTLs left to
+expire), restocks with an Idempotency-Key, product reads and order reads; with a payment
+window, confirms of the orders seen AWAITING_PAYMENT (most in time, some left to expire). Timing differs from run to
 run; the choices a worker makes do not.
 """
 
