@@ -131,7 +131,6 @@ class Checker:
             elif op == "order_cancel":
                 self.cancels[key].append(r)
         self.stats["holds tried"] = len(self.holds)
-        self.stats["order confirms"] = len(self.confirms)
         self.stats["requests"] = len(self.requests)
         self.stats["unknown"] = sum(1 for r in self.requests if r["outcome"] == "unknown")
         self.stats["refused connections"] = sum(1 for r in self.requests if not sent(r))
@@ -356,6 +355,7 @@ class Checker:
             # Held nothing ever: its try was refused, or the end shows no hold or a tombstone.
             info["nothing"] = refused or (final is not None and (final["state"] == "ABSENT" or not final.get("items")))
             self.hold_info[hold_id] = info
+            self.stats["hold tries " + ("answered 201" if created else "refused" if refused else "unknown")] += 1
             if final is not None:
                 self.stats[f"holds {final['state']} at the end"] += 1
             else:
@@ -424,6 +424,8 @@ class Checker:
             due_of[order_id] = self.mono(order.get("payment_due_at"))
         for order_id, rs in self.confirms.items():
             oks = [r for r in rs if r["outcome"] == "ok"]
+            refusal = next((problem(r) for r in rs if definite_refusal(r)), None)
+            self.stats["order confirms " + ("answered 200" if oks else f"refused {refusal}" if refusal else "unknown")] += 1
             if not oks:
                 continue
             first_ok = min(oks, key=lambda r: r["t1"])

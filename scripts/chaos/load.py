@@ -36,6 +36,8 @@ import socket
 import threading
 import time
 
+import check
+
 TIMEOUT = 6.0
 
 
@@ -320,12 +322,17 @@ class Load:
             return
         got = self.client.request("order_get", rng.choice(self.orders_at), "GET", f"/orders/{order_id}",
                                   key=order_id, worker=w)
-        status = json.loads(got["body"]).get("status") if got["outcome"] == "ok" else None
+        seen = json.loads(got["body"]) if got["outcome"] == "ok" else {}
+        status = seen.get("status")
         if status == "AWAITING_PAYMENT":
             if fate == "confirm":
                 plans.append((time.monotonic(), n, "order_confirm", (order_id, fate, 0)))
-            elif rng.random() < 0.5:  # a confirm after the window: 409 payment-window-closed
-                plans.append((time.monotonic() + self.payment_window + rng.uniform(0.5, 1.5), n, "order_confirm",
+            elif rng.random() < 0.5:
+                # A confirm just after the window closed, often before the expiry has run:
+                # refused 409 payment-window-closed all the same (the clock decides).
+                due = check.epoch(seen.get("payment_due_at"))
+                wait = (due - time.time()) if due is not None else self.payment_window
+                plans.append((time.monotonic() + max(wait, 0.0) + rng.uniform(0.05, 0.8), n, "order_confirm",
                               (order_id, "late", 0)))
         elif status in (None, "PENDING") and looks < 20:
             plans.append((time.monotonic() + min(0.3 * 1.5 ** looks, 3.0), n, "order_look", (order_id, fate, looks + 1)))
