@@ -334,7 +334,8 @@ def quiesce(stack, client, loadgen, log, bound):
         for hold_id in holds:
             record = client.request("quiesce_hold", rng.choice(["inventory-0", "inventory-1"]), "GET",
                                     f"/holds/{hold_id}", key=hold_id, admin=True)
-            if record["outcome"] == "unknown" or record["outcome"] == "ok" and json.loads(record["body"]).get("state") == "HELD":
+            if record["outcome"] == "unknown" or record["error"] == "refused" or \
+                    record["outcome"] == "ok" and json.loads(record["body"]).get("state") == "HELD":
                 still.append(hold_id)
         holds = still
         if holds:
