@@ -609,6 +609,12 @@ def check(records):
     checker = Checker(records).run()
     meta = next((r for r in records if r["op"] == "meta"), {})
     rss = {r["at"]: r for r in records if r["op"] == "rss"}
+    window = next((r for r in records if r["op"] == "window"), None)
+    if window is not None:
+        checker.notes.append(f"payment window {window['payment_window_secs']} s: order confirms sent"
+                             if window.get("payment_window_secs") else
+                             "payment window: this order-service has no POST /orders/{id}/confirm; order confirms "
+                             "skipped, the payment-window rules had nothing to judge")
     return {"meta": meta, "stats": dict(checker.stats), "violations": checker.violations, "notes": checker.notes,
             "faults": [r for r in records if r["op"] == "fault" and r.get("phase") == "begin"],
             "rss": rss, "errors": [r["message"] for r in records if r["op"] == "error"],
