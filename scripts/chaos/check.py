@@ -110,7 +110,7 @@ class Checker:
         # hold_id -> the records of its tries (and replays), confirms, cancels and final reads
         self.holds = collections.defaultdict(lambda: collections.defaultdict(list))
         hold_ops = {"hold_try": "tries", "hold_replay": "tries", "hold_confirm": "confirms",
-                    "hold_cancel": "cancels", "final_hold": "finals"}
+                    "hold_cancel": "cancels", "quiesce_hold": "reads", "final_hold": "finals"}
         for r in self.requests:
             if r["op"] in hold_ops:
                 self.holds[r["req"]["key"]][hold_ops[r["op"]]].append(r)
@@ -396,6 +396,21 @@ class Checker:
                           [info["created"], final_record])
                 if state == "HELD" and info["expires"] is not None and info["expires"] + 5.0 < final_record["t0"]:
                     wrong("hold-not-ended", "still HELD at quiescence, more than 5 s past its expires_at", [final_record])
+            # Once seen ended, a hold stays as it was seen: confirm and cancel answers that name
+            # an end (not a cancel's EXPIRED, which the sweep may still have to carry out), and
+            # every read of it (`quiesce_hold`, `final_hold`); try answers are left out, since
+            # a replay of a try is by definition its first answer.
+            seen = sorted([(r["t0"], r["t1"], body_json(r)["state"], r) for r in h["confirms"] + h["cancels"]
+                           if r["outcome"] == "ok" and body_json(r).get("items")
+                           and body_json(r)["state"] in ("CONFIRMED", "CANCELLED")] +
+                          [(r["t0"], r["t1"], body_json(r)["state"], r) for r in h["reads"] + h["finals"]
+                           if r["outcome"] == "ok"], key=lambda o: o[0])
+            ended = [o for o in seen if o[2] != "HELD"]
+            for later in seen:
+                earlier = next((o for o in ended if o[1] < later[0] and o[2] != later[2]), None)
+                if earlier is not None:
+                    wrong("hold-state-backwards", f"seen {earlier[2]}, then {later[2]}", [earlier[3], later[3]])
+                    break
             # A try after a cancel that said nothing was held (a tombstone, or a refused try)
             # holds nothing.
             nothing_at = min((r["t1"] for r in h["cancels"] if r["outcome"] == "ok" and not body_json(r).get("items")),

@@ -220,7 +220,7 @@ class HoldsAndPaymentWindowTest(unittest.TestCase):
     def test_a_cancelled_hold_that_ends_expired(self):
         history = with_holds()
         set_body(history, 51, hold("h2", "EXPIRED", 2, created=1.5))
-        self.assertEqual(rules(history), {"hold-decided-once"})
+        self.assertEqual(rules(history), {"hold-decided-once", "hold-state-backwards"})
 
     def test_a_hold_refused_hold_expired_that_ends_confirmed(self):
         history = with_holds()
@@ -237,6 +237,20 @@ class HoldsAndPaymentWindowTest(unittest.TestCase):
         history = with_holds()
         history.append(request(35, "hold_cancel", 9.0, "fail", 409, {"type": "/problems/hold-confirmed"},
                                "/holds/h1/cancel", key="h1"))
+        self.assertEqual(rules(history), set())
+
+    def test_a_hold_seen_confirmed_then_held(self):
+        history = with_holds()
+        history.append(request(38, "quiesce_hold", 10.0, "ok", 200, hold("h1", "HELD", 3, created=1.0), "/holds/h1",
+                               key="h1"))
+        self.assertEqual(rules(history), {"hold-state-backwards"})
+
+    def test_a_hold_seen_held_then_ended_is_fine(self):
+        history = with_holds()
+        history.append(request(38, "quiesce_hold", 1.2, "ok", 200, hold("h1", "HELD", 3, created=1.0), "/holds/h1",
+                               key="h1"))
+        history.append(request(39, "quiesce_hold", 10.0, "ok", 200, hold("h1", "CONFIRMED", 3, created=1.0),
+                               "/holds/h1", key="h1"))
         self.assertEqual(rules(history), set())
 
     def test_a_hold_answered_201_that_is_gone_at_the_end(self):
