@@ -11,13 +11,15 @@ import argparse
 import bisect
 import collections
 import json
+import datetime
 import math
+import re
 import sys
 from decimal import Decimal
 
 TERMINAL = {"CONFIRMED", "REJECTED", "CANCELLED", "EXPIRED"}
 # Where each status may go (itself included): contract §3.1, with the payment window's
-# statuses although this build never shows them.
+# statuses (§3.1.1).
 REACH = {
     "PENDING": {"PENDING", "AWAITING_PAYMENT", "CONFIRMED", "REJECTED", "CANCELLED", "EXPIRED"},
     "AWAITING_PAYMENT": {"AWAITING_PAYMENT", "CONFIRMED", "EXPIRED", "CANCELLED"},
@@ -27,6 +29,9 @@ REACH = {
     "EXPIRED": {"EXPIRED"},
 }
 INF = math.inf
+# Seconds of slack when the client's clock is compared with a service's deadline
+# (`expires_at`, `payment_due_at`): the same machine's clock, read at slightly different times.
+CLOCK_MARGIN = 1.0
 
 
 def load(path):
@@ -60,6 +65,16 @@ def definite_refusal(record):
     return record["outcome"] == "fail" and sent(record) and problem(record) not in ("request-in-progress", "rate-limited")
 
 
+def epoch(stamp):
+    """Seconds since the epoch of an RFC 3339 time (any number of fraction digits), or None."""
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", stamp or "")
+    if not m:
+        return None
+    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+    at = datetime.datetime.fromisoformat(m.group(1) + zone)
+    return at.timestamp() + (float("0." + m.group(2)) if m.group(2) else 0.0)
+
+
 def tag(user_id, items, amount):
     return (int(user_id), tuple(sorted((int(i["product_id"]), int(i["quantity"])) for i in items)),
             Decimal(str(amount)))
@@ -91,6 +106,20 @@ class Checker:
         self.deductions = collections.defaultdict(list)
         self.restocks = collections.defaultdict(list)
         self.cancels = collections.defaultdict(list)
+        self.confirms = collections.defaultdict(list)  # order_id -> POST /orders/{id}/confirm records
+        # hold_id -> the records of its tries (and replays), confirms, cancels and final reads
+        self.holds = collections.defaultdict(lambda: collections.defaultdict(list))
+        hold_ops = {"hold_try": "tries", "hold_replay": "tries", "hold_confirm": "confirms",
+                    "hold_cancel": "cancels", "quiesce_hold": "reads", "final_hold": "finals"}
+        for r in self.requests:
+            if r["op"] in hold_ops:
+                self.holds[r["req"]["key"]][hold_ops[r["op"]]].append(r)
+            elif r["op"] == "order_confirm":
+                self.confirms[r["req"]["key"]].append(r)
+        # The client's monotonic clock against UTC, to place the services' deadlines
+        # (`payment_due_at`, `expires_at`) on the t0/t1 axis: both clocks are read together.
+        offsets = sorted(r["t0"] - epoch(r["w0"]) for r in self.requests if epoch(r.get("w0")) is not None)
+        self.mono_offset = offsets[len(offsets) // 2] if offsets else None
         for r in self.requests:
             op, key = r["op"], r["req"].get("key")
             if op in ("order_create", "order_replay"):
@@ -101,6 +130,7 @@ class Checker:
                 self.restocks[key].append(r)
             elif op == "order_cancel":
                 self.cancels[key].append(r)
+        self.stats["holds tried"] = len(self.holds)
         self.stats["requests"] = len(self.requests)
         self.stats["unknown"] = sum(1 for r in self.requests if r["outcome"] == "unknown")
         self.stats["refused connections"] = sum(1 for r in self.requests if not sent(r))
@@ -181,6 +211,7 @@ class Checker:
         an order token's refusals are not compared (a 4xx does not use a token up)."""
         groups = [(k, rs, False) for k, rs in self.tokens.items()]
         groups += [(k, rs, True) for k, rs in list(self.deductions.items()) + list(self.restocks.items())]
+        groups += [(k, h["tries"], True) for k, h in self.holds.items()]
         for key, rs, refusals_replay in groups:
             answers = [r for r in sorted(rs, key=lambda r: r["t1"])
                        if r["outcome"] == "ok" or refusals_replay and definite_refusal(r)]
@@ -214,6 +245,9 @@ class Checker:
                 if acked_at.get(order_id, INF) < r["t0"]:
                     self.violate("acked-order-404", f"order {order_id} was acknowledged, then answered 404", [r["seq"]])
             elif r["op"] == "order_cancel" and r["outcome"] == "ok":
+                order = body_json(r)
+                obs[order["order_id"]].append((r["t0"], r["t1"], order["status"], r["seq"]))
+            elif r["op"] == "order_confirm" and r["outcome"] == "ok":
                 order = body_json(r)
                 obs[order["order_id"]].append((r["t0"], r["t1"], order["status"], r["seq"]))
             elif r["op"] == "order_cancel" and r["status"] == 409 and problem(r) == "order-not-cancellable":
@@ -273,12 +307,168 @@ class Checker:
                 continue
             a = min((r["t0"] for r in self.tokens[token] if sent(r)), default=INF)
             confirmed = min((o[1] for o in self.obs.get(order_id, []) if o[2] == "CONFIRMED"), default=INF)
+            awaiting = min((o[1] for o in self.obs.get(order_id, []) if o[2] == "AWAITING_PAYMENT"), default=INF)
             cancel = min((r["t0"] for r in self.cancels.get(order_id, []) if sent(r)), default=INF)
+            due = self.mono(order.get("payment_due_at"))
             for item in order["items"]:
                 orders[int(item["product_id"])].append(
-                    {"a": a, "confirmed": confirmed, "cancel": cancel, "q": int(item["quantity"]),
-                     "final": order["status"], "id": order_id})
+                    {"a": a, "confirmed": confirmed, "awaiting": awaiting, "due": due, "cancel": cancel,
+                     "q": int(item["quantity"]), "final": order["status"], "id": order_id})
         return restocks, deductions, orders
+
+    def mono(self, stamp):
+        """A service's RFC 3339 time on the client's monotonic clock (None when there is none,
+        or the history has no clock)."""
+        at = epoch(stamp) if isinstance(stamp, str) else None
+        return None if at is None or self.mono_offset is None else at + self.mono_offset
+
+    # ------------------------------------------------------------------ holds
+    def hold_facts(self):
+        """Per hold tried, what the history says of it (times on the client's clock)."""
+        self.hold_info = {}
+        for hold_id, h in self.holds.items():
+            if not h["tries"]:
+                continue
+            asked = req_json(h["tries"][0])
+            a, d, refused = self.outcome_times(h["tries"])
+            created = next((r for r in sorted(h["tries"], key=lambda r: r["t1"]) if r["status"] == 201), None)
+            final, final_record = None, None  # the last final read's hold, {"state": "ABSENT"} for a 404
+            for r in h["finals"]:
+                if r["outcome"] == "ok":
+                    final, final_record = body_json(r), r
+                elif r["status"] == 404:
+                    final, final_record = {"state": "ABSENT", "items": []}, r
+            ok_confirms = [r for r in h["confirms"] if r["outcome"] == "ok"]
+            ok_cancels = [r for r in h["cancels"] if r["outcome"] == "ok"]
+            info = {
+                "items": [(int(i["product_id"]), int(i["quantity"])) for i in asked["items"]],
+                "a": a, "created": created, "refused": refused, "final": final, "final_record": final_record,
+                "expires": self.mono(body_json(created).get("expires_at")) if created else None,
+                # answered CONFIRMED: its units left held for good before the answer
+                "confirmed": min((r["t1"] for r in ok_confirms if body_json(r).get("state") == "CONFIRMED"), default=INF),
+                "confirm_sent": min((r["t0"] for r in h["confirms"] if sent(r)), default=INF),
+                # answered CANCELLED with its items: its units were back in stock before the answer
+                "cancelled": min((r["t1"] for r in ok_cancels if body_json(r).get("state") == "CANCELLED"
+                                  and body_json(r).get("items")), default=INF),
+                "end_sent": min((r["t0"] for r in h["confirms"] + h["cancels"] if sent(r)), default=INF),
+            }
+            # Held nothing ever: its try was refused, or the end shows no hold or a tombstone.
+            info["nothing"] = refused or (final is not None and (final["state"] == "ABSENT" or not final.get("items")))
+            self.hold_info[hold_id] = info
+            self.stats["hold tries " + ("answered 201" if created else "refused" if refused else "unknown")] += 1
+            if final is not None:
+                self.stats[f"holds {final['state']} at the end"] += 1
+            else:
+                self.stats["holds without a final read"] += 1
+
+    def check_holds(self):
+        """A hold is decided once, and what its answers said is what it ends as."""
+        self.hold_facts()
+        margin = CLOCK_MARGIN
+        for hold_id, info in self.hold_info.items():
+            h, final, final_record = self.holds[hold_id], info["final"], info["final_record"]
+
+            def wrong(rule, message, records):
+                self.violate(rule, f"hold {hold_id}: {message}", [r["seq"] for r in records if r is not None])
+
+            if final is not None:
+                state = final["state"]
+                for r in h["confirms"] + h["cancels"]:
+                    if r["t1"] > final_record["t0"]:
+                        continue  # answered after the final read was sent: not compared
+                    said = body_json(r) if r["outcome"] == "ok" else {}
+                    if r["outcome"] == "ok" and r["op"] == "hold_confirm" and state != "CONFIRMED":
+                        wrong("hold-decided-once", f"a confirm answered {said.get('state')}, but it ends {state}", [r, final_record])
+                    elif r["outcome"] == "ok" and r["op"] == "hold_cancel" and said.get("items") and state != said.get("state"):
+                        wrong("hold-decided-once", f"a cancel answered {said.get('state')}, but it ends {state}", [r, final_record])
+                    elif r["outcome"] == "ok" and r["op"] == "hold_cancel" and not said.get("items") and \
+                            not (state == "ABSENT" or state == "CANCELLED" and not final.get("items")):
+                        wrong("hold-decided-once", f"a cancel answered that nothing was held, but it ends {state} "
+                              f"with {final.get('items')}", [r, final_record])
+                    elif r["status"] == 409 and problem(r) == "hold-expired" and state != "EXPIRED":
+                        wrong("hold-decided-once", f"a confirm was refused hold-expired, but it ends {state}", [r, final_record])
+                    elif r["status"] == 409 and problem(r) == "hold-confirmed" and state != "CONFIRMED":
+                        wrong("hold-decided-once", f"a cancel was refused hold-confirmed, but it ends {state}", [r, final_record])
+                    elif r["status"] == 409 and problem(r) == "hold-cancelled" and state != "CANCELLED":
+                        wrong("hold-decided-once", f"a confirm was refused hold-cancelled, but it ends {state}", [r, final_record])
+                if info["created"] is not None and (state == "ABSENT" or not final.get("items")):
+                    wrong("hold-lost", f"its try was answered 201, but at the end it is {state} with {final.get('items')}",
+                          [info["created"], final_record])
+                if state == "HELD" and info["expires"] is not None and info["expires"] + 5.0 < final_record["t0"]:
+                    wrong("hold-not-ended", "still HELD at quiescence, more than 5 s past its expires_at", [final_record])
+            # Once seen ended, a hold stays as it was seen: confirm and cancel answers that name
+            # an end (not a cancel's EXPIRED, which the sweep may still have to carry out), and
+            # every read of it (`quiesce_hold`, `final_hold`); try answers are left out, since
+            # a replay of a try is by definition its first answer.
+            seen = sorted([(r["t0"], r["t1"], body_json(r)["state"], r) for r in h["confirms"] + h["cancels"]
+                           if r["outcome"] == "ok" and body_json(r).get("items")
+                           and body_json(r)["state"] in ("CONFIRMED", "CANCELLED")] +
+                          [(r["t0"], r["t1"], body_json(r)["state"], r) for r in h["reads"] + h["finals"]
+                           if r["outcome"] == "ok"], key=lambda o: o[0])
+            ended = [o for o in seen if o[2] != "HELD"]
+            for later in seen:
+                earlier = next((o for o in ended if o[1] < later[0] and o[2] != later[2]), None)
+                if earlier is not None:
+                    wrong("hold-state-backwards", f"seen {earlier[2]}, then {later[2]}", [earlier[3], later[3]])
+                    break
+            # A try after a cancel that said nothing was held (a tombstone, or a refused try)
+            # holds nothing.
+            nothing_at = min((r["t1"] for r in h["cancels"] if r["outcome"] == "ok" and not body_json(r).get("items")),
+                             default=INF)
+            for r in h["tries"]:
+                if r["status"] == 201 and r["t0"] > nothing_at:
+                    cancel = next(c for c in h["cancels"] if c["t1"] == nothing_at)
+                    wrong("hold-after-tombstone", "a try sent after a cancel had left a tombstone was answered 201", [cancel, r])
+                    break
+            # The clock decides: no confirm after the deadline, no hold-expired well before it.
+            if info["expires"] is None:
+                continue
+            if info["confirmed"] < INF and info["confirm_sent"] > info["expires"] + margin:
+                wrong("hold-deadline", "confirmed by a confirm first sent after its expires_at",
+                      [r for r in h["confirms"] if r["outcome"] == "ok"][:1])
+            for r in h["confirms"]:
+                if r["status"] == 409 and problem(r) == "hold-expired" and r["t1"] < info["expires"] - margin:
+                    wrong("hold-deadline", "refused hold-expired before its expires_at", [info["created"], r])
+                    break
+
+    # ------------------------------------------------------------------ payment window
+    def check_order_confirms(self):
+        """A confirmed order is never given back by the window; the clock decides the window."""
+        due_of = {}
+        for order_id, (order, _) in self.listed.items():
+            due_of[order_id] = self.mono(order.get("payment_due_at"))
+        for order_id, rs in self.confirms.items():
+            oks = [r for r in rs if r["outcome"] == "ok"]
+            refusal = next((problem(r) for r in rs if definite_refusal(r)), None)
+            self.stats["order confirms " + ("answered 200" if oks else f"refused {refusal}" if refusal else "unknown")] += 1
+            if not oks:
+                continue
+            first_ok = min(oks, key=lambda r: r["t1"])
+            for r in rs:
+                if r["status"] == 409 and problem(r) == "payment-window-closed" and r["t0"] > first_ok["t1"]:
+                    self.violate("window-closed-after-confirm", f"order {order_id} was confirmed (200), then a confirm "
+                                 "was refused payment-window-closed", [first_ok["seq"], r["seq"]])
+                    break
+            if order_id in self.listed:
+                order, record = self.listed[order_id]
+                status = order["status"]
+                later_cancel = any(sent(c) and c["t1"] > first_ok["t0"] for c in self.cancels.get(order_id, []))
+                if status != "CONFIRMED" and not (status == "CANCELLED" and later_cancel):
+                    self.violate("confirmed-order-given-back", f"order {order_id} was confirmed (200), but it ends {status}"
+                                 f"{'' if status != 'CANCELLED' else ' with no cancel sent after the confirm'}",
+                                 [first_ok["seq"], record["seq"]])
+            due = due_of.get(order_id)
+            if due is not None and min(r["t0"] for r in rs if sent(r)) > due + CLOCK_MARGIN:
+                self.violate("payment-deadline", f"order {order_id} confirmed (200) by a confirm first sent after "
+                             "its payment_due_at", [first_ok["seq"]])
+        for order_id, rs in self.confirms.items():
+            due = due_of.get(order_id)
+            for r in rs:
+                if r["status"] == 409 and problem(r) == "payment-window-closed" and due is not None \
+                        and r["t1"] < due - CLOCK_MARGIN:
+                    self.violate("payment-deadline", f"order {order_id} refused payment-window-closed before its "
+                                 "payment_due_at", [r["seq"]])
+                    break
 
     def check_stock(self):
         if not self.listing_complete:
@@ -299,8 +489,15 @@ class Checker:
                                   ((rs, 0), (rs, 1), (ds, 0), (ds, 1)))
             holders = [o for o in os_ if o["final"] != "REJECTED"]
             possible = Prefix([(o["a"], o["q"]) for o in holders])
-            definite = sorted((o for o in os_ if o["confirmed"] < INF), key=lambda o: o["confirmed"])
-            confirmed_times = [o["confirmed"] for o in definite]
+            # Orders seen CONFIRMED or AWAITING_PAYMENT: they hold their units from that answer
+            # until a cancel is sent or (not yet seen CONFIRMED) their payment_due_at comes.
+            definite = [o for o in os_ if min(o["confirmed"], o["awaiting"]) < INF]
+            holds = [(info, q) for info in self.hold_info.values() for p, q in info["items"] if p == product_id]
+            # A hold changes stock + held only when confirmed: the try moves units from stock
+            # to held, a cancel or the expiry moves them back.
+            sold_sure = Prefix([(info["confirmed"], q) for info, q in holds])
+            sold_maybe = Prefix([(info["confirm_sent"], q) for info, q in holds
+                                 if info["final"] is None or info["final"]["state"] == "CONFIRMED"])
             for record, product in product_reads:
                 self.stats["stock reads checked"] += 1
                 s, e = record["t0"], record["t1"]
@@ -309,12 +506,20 @@ class Checker:
                     self.violate("negative-stock", f"product {product_id} read with stock {stock}, held {held}",
                                  [record["seq"]])
                     continue
-                if held != 0:
-                    self.violate("stock-bounds", f"product {product_id} read with held {held}, but no hold was ever asked for",
-                                 [record["seq"]])
-                held_now = sum(o["q"] for o in definite[:bisect.bisect_left(confirmed_times, s)] if o["cancel"] > e)
-                upper = initial + r_a.before(e) - d_d.before(s) - held_now
-                lower = initial + r_d.before(s) - d_a.before(e) - possible.before(e)
+                held_max = sum(q for info, q in holds if info["a"] < e and not info["nothing"]
+                               and min(info["confirmed"], info["cancelled"]) >= s)
+                held_min = sum(q for info, q in holds if info["created"] is not None and info["created"]["t1"] < s
+                               and info["end_sent"] > e and info["expires"] is not None
+                               and info["expires"] - CLOCK_MARGIN > e)
+                if not held_min <= held <= held_max:
+                    self.violate("held-bounds", f"product {product_id} read held {held}, outside [{held_min}, {held_max}] "
+                                 f"(units of holds surely HELD at the read, possibly HELD)", [record["seq"]],
+                                 lambda p=product_id, r=record: self.product_context(p, r))
+                held_now = sum(o["q"] for o in definite if o["cancel"] > e and
+                               (o["confirmed"] < s or o["awaiting"] < s and o["due"] is not None
+                                and o["due"] - CLOCK_MARGIN > e))
+                upper = initial + r_a.before(e) - d_d.before(s) - held_now - sold_sure.before(s)
+                lower = initial + r_d.before(s) - d_a.before(e) - possible.before(e) - sold_maybe.before(e)
                 if not lower <= stock + held <= upper:
                     context = lambda p=product_id, r=record: self.product_context(p, r)  # noqa: E731
                     self.violate("stock-bounds",
@@ -322,7 +527,9 @@ class Checker:
                                  f"[{lower}, {upper}] (initial {initial}; restocks acknowledged before the read "
                                  f"{r_d.before(s)}, possibly applied {r_a.before(e)}; deductions acknowledged "
                                  f"{d_d.before(s)}, possibly applied {d_a.before(e)}; orders surely holding "
-                                 f"{held_now}, possibly holding {possible.before(e)})", [record["seq"]], context)
+                                 f"{held_now}, possibly holding {possible.before(e)}; holds surely confirmed "
+                                 f"{sold_sure.before(s)}, possibly confirmed {sold_maybe.before(e)})",
+                                 [record["seq"]], context)
         self.check_bank(restocks, deductions, orders, reads)
 
     def check_bank(self, restocks, deductions, orders, reads):
@@ -339,16 +546,37 @@ class Checker:
             deducted = sum(q for _, d, q in deductions[product_id] if d < INF)
             deduct_unknown = sum(q for _, d, q in deductions[product_id] if d == INF)
             confirmed = sum(o["q"] for o in orders[product_id] if o["final"] == "CONFIRMED")
-            lower = initial + restocked - deducted - deduct_unknown - confirmed
-            upper = initial + restocked + restock_unknown - deducted - confirmed
+            # An order still waiting for its payment at the final listing may have expired since.
+            awaiting = sum(o["q"] for o in orders[product_id] if o["final"] == "AWAITING_PAYMENT")
+            holds = [(info, q) for info in self.hold_info.values() for p, q in info["items"] if p == product_id]
+            sold, sold_unknown = 0, 0
+            for info, q in holds:
+                final = info["final"]
+                if final is not None and final["state"] == "CONFIRMED" or final is None and info["confirmed"] < INF:
+                    sold += q
+                elif final is None and info["confirm_sent"] < INF and not info["nothing"]:
+                    sold_unknown += q
+            lower = initial + restocked - deducted - deduct_unknown - confirmed - awaiting - sold - sold_unknown
+            upper = initial + restocked + restock_unknown - deducted - confirmed - sold
             self.stats["products balanced" if lower == upper == value else "products checked"] += 1
             if not lower <= value <= upper:
                 expected = f"{lower}" if lower == upper else f"[{lower}, {upper}]"
                 self.violate("bank", f"product {product_id}: initial {initial} + restocks {restocked}"
                              f"{f' (+{restock_unknown} unknown)' if restock_unknown else ''} - direct deductions "
                              f"{deducted}{f' (+{deduct_unknown} unknown)' if deduct_unknown else ''} - confirmed orders "
-                             f"{confirmed} = {expected}, but the final read has stock + held = {value}",
+                             f"{confirmed}{f' (+{awaiting} awaiting payment)' if awaiting else ''} - confirmed holds "
+                             f"{sold}{f' (+{sold_unknown} unknown)' if sold_unknown else ''} = {expected}, but the final "
+                             f"read has stock + held = {value}",
                              [record["seq"]], lambda: self.product_context(product_id, record))
+            # held at the end: only holds still HELD (or not read at the end) may count in it;
+            # once every hold has ended, none.
+            held = int(product.get("held") or 0)
+            may_hold = sum(q for info, q in holds if not info["nothing"] and (
+                info["final"] is None or info["final"]["state"] == "HELD" or info["final_record"]["t1"] >= record["t0"]))
+            if held > may_hold:
+                self.violate("held-at-end", f"product {product_id}: the final read has held {held}, but the holds still "
+                             f"HELD at the end hold {may_hold}", [record["seq"]],
+                             lambda: self.product_context(product_id, record))
 
     def product_context(self, product_id, record, n=12):
         """The last requests before `record` that touched the product."""
@@ -357,8 +585,11 @@ class Checker:
             if r["t0"] > record["t1"] or r["seq"] == record["seq"]:
                 continue
             body = None
-            if r["op"] in ("deduction", "deduction_replay", "order_create"):
+            if r["op"] in ("deduction", "deduction_replay", "order_create", "hold_try", "hold_replay"):
                 body = req_json(r)
+            elif r["op"] in ("hold_confirm", "hold_cancel") and r["req"]["key"] in self.holds:
+                tries = self.holds[r["req"]["key"]]["tries"]
+                body = req_json(tries[0]) if tries else None
             if (r["op"] == "restock" and r["req"]["path"].split("/")[2] == str(product_id)) or \
                     (body and any(int(i["product_id"]) == product_id for i in body["items"])):
                 touched.append(r["seq"])
@@ -369,6 +600,8 @@ class Checker:
         self.check_orders()
         self.check_replays()
         self.check_status_machine()
+        self.check_holds()
+        self.check_order_confirms()
         self.check_stock()
         return self
 
@@ -391,6 +624,12 @@ def check(records):
     checker = Checker(records).run()
     meta = next((r for r in records if r["op"] == "meta"), {})
     rss = {r["at"]: r for r in records if r["op"] == "rss"}
+    window = next((r for r in records if r["op"] == "window"), None)
+    if window is not None:
+        checker.notes.append(f"payment window {window['payment_window_secs']} s: order confirms sent"
+                             if window.get("payment_window_secs") else
+                             "payment window: this order-service has no POST /orders/{id}/confirm; order confirms "
+                             "skipped, the payment-window rules had nothing to judge")
     return {"meta": meta, "stats": dict(checker.stats), "violations": checker.violations, "notes": checker.notes,
             "faults": [r for r in records if r["op"] == "fault" and r.get("phase") == "begin"],
             "rss": rss, "errors": [r["message"] for r in records if r["op"] == "error"],

@@ -14,7 +14,7 @@ A history record:
 a byte was sent, `status` null and `error` "refused"); `unknown` a 5xx, a timeout or a
 connection broken after the request was sent: it may or may not have taken effect.
 `key` names the logical operation the request belongs to (idempotency token, deduction id,
-restock key, order id); every attempt of one operation carries the same key.
+restock key, order id, hold id); every attempt of one operation carries the same key.
 
 Besides requests, the history holds records the checker only reports: `meta` (seed, settings),
 `fault` (what was done when), `rss` (memory of each instance).
@@ -22,7 +22,9 @@ Besides requests, the history holds records the checker only reports: `meta` (se
 The workers (Python threads, standard library only) each draw their mix from
 random.Random(f"{seed}-{worker}"): token + order creation, deliberate replays of an order's
 token and body, cancels of their own orders, direct deductions (and replays of their ids),
-restocks with an Idempotency-Key, product reads and order reads. Timing differs from run to
+holds (tries, replays of them, confirms, cancels, cancels before the try, short TTLs left to
+expire), restocks with an Idempotency-Key, product reads and order reads; with a payment
+window, confirms of the orders seen AWAITING_PAYMENT (most in time, some left to expire). Timing differs from run to
 run; the choices a worker makes do not.
 """
 
@@ -33,6 +35,8 @@ import random
 import socket
 import threading
 import time
+
+import check
 
 TIMEOUT = 6.0
 
@@ -147,7 +151,8 @@ class Operation:
 
 
 class Load:
-    def __init__(self, client, seed, products, hot, order_instances, inventory_instances, workers):
+    def __init__(self, client, seed, products, hot, order_instances, inventory_instances, workers,
+                 payment_window=None):
         self.client = client
         self.seed = seed
         self.products = products  # ids
@@ -159,6 +164,9 @@ class Load:
         self.lock = threading.Lock()
         self.unsettled = []  # Operations the load left without an outcome
         self.users = [1000 + w for w in range(workers)]
+        self.payment_window = payment_window  # seconds, or None: no POST /orders/{id}/confirm
+        self.holds = []  # every hold_id tried, for the final reads
+        self.leftover = []  # hold ends planned but not sent when the load stopped
 
     def run(self):
         threads = [threading.Thread(target=self.worker, args=(w,), daemon=True) for w in range(self.workers)]
@@ -197,10 +205,17 @@ class Load:
         mine = []  # acknowledged orders: (operation, order_id)
         cancelled = set()
         deductions = []
+        tries = []  # hold tries sent: Operations, for replays
+        plans = []  # (when, n, kind, detail): hold ends and order confirms to do later
         while not self.stop.is_set():
             n += 1
+            plans.sort(key=lambda plan: plan[:2])
+            if plans and plans[0][0] <= time.monotonic():
+                self.planned(plans, plans.pop(0), rng, w)
+                time.sleep(rng.uniform(0.01, 0.06))
+                continue
             roll = rng.random()
-            if roll < 0.38:
+            if roll < 0.32:
                 token = Operation("token", "order", "POST", "/idempotency-tokens", None, None, False)
                 got = self.persist(token, rng, w, self.orders_at, attempts=4)
                 if got is None or got["status"] != 201:
@@ -213,11 +228,16 @@ class Load:
                                   {"idempotency-key": key})
                 got = self.persist(order, rng, w, self.orders_at)
                 if got is not None and got["status"] == 202:
-                    mine.append((order, json.loads(got["body"])["order_id"]))
-            elif roll < 0.45 and mine:
+                    order_id = json.loads(got["body"])["order_id"]
+                    mine.append((order, order_id))
+                    if self.payment_window:
+                        # Most are confirmed once seen AWAITING_PAYMENT; the rest are left to expire.
+                        plan = "confirm" if rng.random() < 0.85 else "expire"
+                        plans.append((time.monotonic() + rng.uniform(0.2, 0.6), n, "order_look", (order_id, plan, 0)))
+            elif roll < 0.37 and mine:
                 order, _ = rng.choice(mine)
                 order.send(self.client, rng.choice(self.orders_at), w, op="order_replay")
-            elif roll < 0.53 and mine:
+            elif roll < 0.43 and mine:
                 _, order_id = rng.choice(mine)
                 if order_id in cancelled:
                     continue
@@ -225,19 +245,23 @@ class Load:
                 cancel = Operation("order_cancel", "order", "POST", f"/orders/{order_id}/cancel", None,
                                    order_id, False)
                 self.persist(cancel, rng, w, self.orders_at)
-            elif roll < 0.63 and mine:
+            elif roll < 0.50 and mine:
                 _, order_id = rng.choice(mine[-20:])
                 self.client.request("order_get", rng.choice(self.orders_at), "GET", f"/orders/{order_id}",
                                     key=order_id, worker=w)
-            elif roll < 0.78:
+            elif roll < 0.62:
                 key = f"d-{self.seed}-{w}-{n}"
                 deduction = Operation("deduction", "inventory", "POST", "/deductions",
                                       {"deduction_id": key, "items": self.items(rng)}, key, True)
                 self.persist(deduction, rng, w, self.inventory_at)
                 deductions.append(deduction)
-            elif roll < 0.81 and deductions:
+            elif roll < 0.64 and deductions:
                 rng.choice(deductions).send(self.client, rng.choice(self.inventory_at), w, op="deduction_replay")
-            elif roll < 0.87:
+            elif roll < 0.76:
+                self.hold(rng, w, n, tries, plans)
+            elif roll < 0.79 and tries:
+                rng.choice(tries).send(self.client, rng.choice(self.inventory_at), w, op="hold_replay")
+            elif roll < 0.85:
                 key = f"r-{self.seed}-{w}-{n}"
                 product = self.product(rng)
                 restock = Operation("restock", "inventory", "POST", f"/products/{product}/restock",
@@ -248,10 +272,80 @@ class Load:
                 self.client.request("product_get", rng.choice(self.inventory_at), "GET",
                                     f"/products/{product}", key=str(product), worker=w)
             time.sleep(rng.uniform(0.01, 0.06))
+        with self.lock:
+            self.leftover += [plan for plan in plans if plan[2] == "hold_end"]
+
+    def hold(self, rng, w, n, tries, plans):
+        """A hold try on the products orders and deductions use. Its fate is drawn now: most
+        are confirmed, some cancelled, some left to expire (a short TTL; half of those get a
+        confirm after their deadline), and some are cancelled before their try (a tombstone:
+        the try must then hold nothing)."""
+        hold_id = f"h-{self.seed}-{w}-{n}"
+        fate = rng.choices(["confirm", "cancel", "expire", "tombstone"], [60, 15, 15, 10])[0]
+        ttl = rng.randint(1, 3) if fate == "expire" else 30
+        body = {"hold_id": hold_id, "items": self.items(rng), "ttl_secs": ttl}
+        with self.lock:
+            self.holds.append(hold_id)
+        if fate == "tombstone":
+            cancel = Operation("hold_cancel", "inventory", "POST", f"/holds/{hold_id}/cancel", None, hold_id, True)
+            if self.persist(cancel, rng, w, self.inventory_at) is None:
+                return
+        try_ = Operation("hold_try", "inventory", "POST", "/holds", body, hold_id, True)
+        tries.append(try_)
+        got = self.persist(try_, rng, w, self.inventory_at)
+        if got is None or got["status"] != 201 or fate == "tombstone":
+            return
+        now = time.monotonic()
+        if fate == "expire":
+            if rng.random() < 0.5:
+                plans.append((now + ttl + rng.uniform(1.0, 2.0), n, "hold_end", (hold_id, "confirm")))
+            return
+        plans.append((now + rng.uniform(0.2, 2.0), n, "hold_end", (hold_id, fate)))
+        if fate == "confirm" and rng.random() < 0.1:  # a cancel of a confirmed hold: 409 hold-confirmed
+            plans.append((now + rng.uniform(2.5, 4.0), n, "hold_end", (hold_id, "cancel")))
+
+    def planned(self, plans, plan, rng, w):
+        _, n, kind, detail = plan
+        if kind == "hold_end":
+            hold_id, step = detail
+            end = Operation(f"hold_{step}", "inventory", "POST", f"/holds/{hold_id}/{step}", None, hold_id, True)
+            self.persist(end, rng, w, self.inventory_at)
+            return
+        order_id, fate, looks = detail
+        if kind == "order_confirm":
+            confirm = Operation("order_confirm", "order", "POST", f"/orders/{order_id}/confirm", None, order_id, False)
+            got = self.persist(confirm, rng, w, self.orders_at)
+            if got is not None and got["status"] == 200 and fate == "confirm" and rng.random() < 0.15:
+                # The same confirm again after the window closed: still 200, never payment-window-closed.
+                plans.append((time.monotonic() + self.payment_window + rng.uniform(0.5, 1.5), n, "order_confirm",
+                              (order_id, "again", 0)))
+            return
+        got = self.client.request("order_get", rng.choice(self.orders_at), "GET", f"/orders/{order_id}",
+                                  key=order_id, worker=w)
+        seen = json.loads(got["body"]) if got["outcome"] == "ok" else {}
+        status = seen.get("status")
+        if status == "AWAITING_PAYMENT":
+            if fate == "confirm":
+                plans.append((time.monotonic(), n, "order_confirm", (order_id, fate, 0)))
+            elif rng.random() < 0.5:
+                # A confirm just after the window closed, often before the expiry has run:
+                # refused 409 payment-window-closed all the same (the clock decides).
+                due = check.epoch(seen.get("payment_due_at"))
+                wait = (due - time.time()) if due is not None else self.payment_window
+                plans.append((time.monotonic() + max(wait, 0.0) + rng.uniform(0.05, 0.8), n, "order_confirm",
+                              (order_id, "late", 0)))
+        elif status in (None, "PENDING") and looks < 20:
+            plans.append((time.monotonic() + min(0.3 * 1.5 ** looks, 3.0), n, "order_look", (order_id, fate, looks + 1)))
 
     def settle(self, deadline):
         """After the load: sends every operation left without an outcome again until it has one."""
         rng = random.Random(f"{self.seed}-settle")
+        # Hold ends the load planned but had no time to send: every hold is ended, so that
+        # none is left HELD at quiescence.
+        for _, _, _, (hold_id, step) in sorted(self.leftover, key=lambda plan: plan[:2]):
+            end = Operation(f"hold_{step}", "inventory", "POST", f"/holds/{hold_id}/{step}", None, hold_id, True)
+            if not settled(end.send(self.client, rng.choice(self.inventory_at), op=end.op)):
+                self.unsettled.append(end)
         left = list(self.unsettled)
         while left and time.monotonic() < deadline:
             still = []

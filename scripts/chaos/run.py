@@ -36,6 +36,10 @@ PRODUCTS = list(range(1, 11))
 HOT_STOCK, STOCK = 30, 5000
 ADMIN_TOKEN = "chaos-admin-token"
 LOCK_TTL_MS = 2000
+# The payment window of orders (contract §3.1.1), for a build that has it, and how often
+# inventory looks for holds past their deadline (its default).
+PAYMENT_WINDOW_SECS = 4
+HOLD_EXPIRY_INTERVAL_MS = 500
 # Seed 12's order: RabbitMQ, SIGSTOP inventory-0, kill -9 inventory-1, PostgreSQL, a cut of
 # order-1 from Redis, Redis.
 CI_SEED, CI_SECS, CI_EVERY = 12, 105, 15
@@ -132,7 +136,8 @@ class Stack:
             REDIS_URL=f"redis://127.0.0.1:{self.proxied[name + '.redis']}/0",
             AMQP_URL=f"amqp://guest:guest@127.0.0.1:{self.proxied[name + '.rabbitmq']}/%2f",
             ADMIN_TOKEN=ADMIN_TOKEN, INVENTORY_URL=f"http://127.0.0.1:{self.ports['inventory-' + index]}",
-            RECONCILE_AFTER_SECS="10", RECONCILE_EVERY_SECS="5", LOCK_TTL_MS=str(LOCK_TTL_MS), RUST_LOG="warn")
+            RECONCILE_AFTER_SECS="10", RECONCILE_EVERY_SECS="5", LOCK_TTL_MS=str(LOCK_TTL_MS), RUST_LOG="warn",
+            ORDER_PAYMENT_WINDOW_SECS=str(PAYMENT_WINDOW_SECS), HOLD_EXPIRY_INTERVAL_MS=str(HOLD_EXPIRY_INTERVAL_MS))
         with open(os.path.join(self.out, f"{name}.log"), "a") as logfile:
             logfile.write(f"---- started {load.wall()}\n")
             logfile.flush()
@@ -256,6 +261,24 @@ def http_ok(port, path):
         conn.close()
 
 
+def has_payment_window(port):
+    """Whether this order-service build serves POST /orders/{order_id}/confirm (its OpenAPI
+    document names the path and the payment-window problem)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/openapi.json")
+        response = conn.getresponse()
+        if response.status != 200:
+            return False
+        doc = json.loads(response.read())
+    except (OSError, ValueError):
+        return False
+    finally:
+        conn.close()
+    return "/orders/{order_id}/confirm" in doc.get("paths", {}) and "payment-window" in json.dumps(doc)
+
+
 def list_orders(client, users, op, rng):
     """Every order of every user, page by page, each page recorded as `op`; None if a page
     could not be read."""
@@ -291,7 +314,7 @@ def quiesce(stack, client, loadgen, log, bound):
             break
         time.sleep(2)
     log("every order terminal" if pending == [] else f"orders not terminal at the bound: {pending and len(pending)}")
-    cancelled = [o["order_id"] for o in orders or [] if o["status"] == "CANCELLED"]
+    cancelled = [o["order_id"] for o in orders or [] if o["status"] in ("CANCELLED", "EXPIRED")]
     while cancelled and time.monotonic() < deadline:
         still = []
         for order_id in cancelled:
@@ -302,9 +325,30 @@ def quiesce(stack, client, loadgen, log, bound):
         cancelled = still
         if cancelled:
             time.sleep(2)
-    log("every cancelled order's reservation released or never applied" if not cancelled
-        else f"cancelled orders still holding stock at the bound: {len(cancelled)}")
+    log("every cancelled or expired order's reservation released or never applied" if not cancelled
+        else f"cancelled or expired orders still holding stock at the bound: {len(cancelled)}")
+    # Every hold ended: confirmed, cancelled, or past its deadline and expired by the sweep.
+    holds = list(loadgen.holds)
+    while holds and time.monotonic() < deadline:
+        still = []
+        for hold_id in holds:
+            record = client.request("quiesce_hold", rng.choice(["inventory-0", "inventory-1"]), "GET",
+                                    f"/holds/{hold_id}", key=hold_id, admin=True)
+            if record["outcome"] == "unknown" or record["error"] == "refused" or \
+                    record["outcome"] == "ok" and json.loads(record["body"]).get("state") == "HELD":
+                still.append(hold_id)
+        holds = still
+        if holds:
+            time.sleep(1)
+    log(f"every hold ended ({len(loadgen.holds)} tried)" if not holds else f"holds still HELD at the bound: {len(holds)}")
     list_orders(client, loadgen.users, "final_list", rng)
+    for hold_id in loadgen.holds:
+        for _ in range(10):
+            record = client.request("final_hold", rng.choice(["inventory-0", "inventory-1"]), "GET", f"/holds/{hold_id}",
+                                    key=hold_id, admin=True)
+            if record["outcome"] == "ok" or record["status"] == 404:
+                break
+            time.sleep(0.5)
     for product in PRODUCTS:
         for _ in range(10):
             record = client.request("final_product", "inventory-0", "GET", f"/products/{product}", key=str(product))
@@ -378,7 +422,12 @@ def main():
         history.note("rss", at="start", kib=rss_start)
         log("memory at start (KiB): " + ", ".join(f"{n} {k}" for n, k in rss_start.items()))
 
-        loadgen = load.Load(client, seed, PRODUCTS, HOT, ["order-0", "order-1"], ["inventory-0", "inventory-1"], workers)
+        window = PAYMENT_WINDOW_SECS if has_payment_window(stack.ports["order-0"]) else None
+        history.note("window", payment_window_secs=window, hold_expiry_interval_ms=HOLD_EXPIRY_INTERVAL_MS)
+        log(f"payment window: {window} s" if window else
+            "payment window: this order-service has no POST /orders/{id}/confirm; order confirms skipped")
+        loadgen = load.Load(client, seed, PRODUCTS, HOT, ["order-0", "order-1"], ["inventory-0", "inventory-1"], workers,
+                            payment_window=window)
         begun = time.monotonic()
         threads = loadgen.run()
         log(f"load: {workers} workers")
