@@ -5,6 +5,7 @@
 #   work=/tmp/...   # data: $work/pg (PostgreSQL), $work/rabbit (RabbitMQ), Redis' pid file
 #   out=...         # logs: $out/redis.log, $out/rabbitmq/
 #   . scripts/lib/backing.sh
+#   PG_EXTRA_OPTS="-c name=value ..."   # optional: more server settings
 #   init_postgres; start_postgres; start_redis; start_rabbit
 #   stop_postgres fast|immediate; stop_redis; rabbit_env rabbitmqctl -n "$RABBIT_NODE" -q stop
 #
@@ -24,7 +25,8 @@ init_postgres() {
 }
 start_postgres() {
   as_user postgres "$PGBIN/pg_ctl" -D "$work/pg" -l "$work/pg/server.log" -w \
-    -o "-p $PG_PORT -k $work/pg -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+    -o "-p $PG_PORT -k $work/pg -c listen_addresses=127.0.0.1 -c max_connections=200 ${PG_EXTRA_OPTS:-}" \
+    start >/dev/null
 }
 stop_postgres() { # fast | immediate
   as_user postgres "$PGBIN/pg_ctl" -D "$work/pg" -m "${1:-fast}" -w stop >/dev/null

@@ -1,22 +1,24 @@
-//! One batch of order events applied in one transaction, with the outcome each would have
-//! had alone, in arrival order.
+//! One batch of order events applied with one read and one write, each an autocommit
+//! statement, with the outcome each event would have had alone, in arrival order.
 //!
-//! - The message ids seen before and the orders' reservations are read, then the stock of
-//!   every product the batch may change is locked and read in one statement that waits for
-//!   no row lock ([`stock_queries::lock_all`]): an event needing a product another
-//!   transaction holds waits for a later batch, with every later event of its order.
+//! - The message ids seen before, the orders' reservations and the stock of every product the
+//!   batch may change are read in one statement that waits for no row lock
+//!   ([`queries::read_batch`]): an event needing a product another transaction holds waits
+//!   for a later batch, with every later event of its order.
 //! - Each other event is judged in memory against what the earlier ones left
 //!   ([`super::judge`], by the rules of [`crate::stock::engine`]).
-//! - Then the stock changes, reservations, message ids and outbox rows are written with one
-//!   multi-row statement each. A creation and a cancellation of one order in two batches at
-//!   once are not serialised up front: both write the order's one reservation row (its
-//!   primary key, or a release guarded by its state), so whichever comes second finds a row
-//!   missing from its count, rolls back as contention and is judged again on what the first
-//!   left (decision 0055).
+//! - Then the stock changes, reservations, message ids and outbox rows are written in one
+//!   statement ([`queries::write_batch`]) that checks what the judgement relied on: the
+//!   versions of the products read, and counts of what it wrote. A creation and a
+//!   cancellation of one order in two batches at once are not serialised up front: both write
+//!   the order's one reservation row (its primary key, or a release guarded by its state), so
+//!   whichever comes second finds a row missing from its count, undoes itself as contention
+//!   and is judged again on what the first left (decision 0055).
 
 use std::collections::{HashMap, HashSet};
 
 use platform::messaging::consumer::Handled;
+use platform::messaging::outbox::NewOutboxRow;
 use platform::telemetry::TraceContext;
 use shared::events::{OrderCancelled, OrderCreated};
 use shared::ids::{OrderId, ProductId};
@@ -25,9 +27,9 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::judge::{self, Judged, Known};
-use super::queries::{self, NewReservation, ReservationState};
+use super::queries::{self, BatchWrite, NewReservation, ReservationState};
 use crate::stock::engine::Ledger;
-use crate::stock::queries as stock_queries;
+use crate::stock::queries::StockRow;
 
 /// An order event of the batch.
 #[derive(Debug, Clone)]
@@ -70,54 +72,108 @@ pub enum BatchError {
     Database(#[from] sqlx::Error),
 }
 
-/// Applies `works` inside the caller's transaction, in arrival order; one outcome per work:
-/// `None` for a work that waits for a later batch because a product row it needs is held by
-/// another transaction (and so does every later event of its order, to keep their order).
-/// The caller checks its locks and commits.
-pub async fn apply(
+/// A batch read and judged, ready to write.
+pub struct Judgement {
+    /// Per work: whether it was judged (not waiting for a held product row).
+    ready: Vec<bool>,
+    handled: Vec<Handled>,
+    judged: Vec<(ProductId, StockRow)>,
+    judgement: Judged,
+}
+
+/// Reads what `works` need in one statement and judges them in arrival order; nothing is
+/// written yet ([`Judgement::write`]). A work whose product row another transaction holds
+/// waits for a later batch, with every later event of its order.
+pub async fn read_and_judge(
     conn: &mut PgConnection,
     works: &[Work],
-) -> Result<Vec<Option<Handled>>, BatchError> {
+) -> Result<Judgement, BatchError> {
     let order_ids: Vec<Uuid> = works.iter().map(|w| w.event.order_id().0).collect();
     let ids: Vec<Uuid> = works.iter().map(|w| w.message_id).collect();
-    let seen: HashSet<Uuid> = platform::messaging::processed::recorded_among(conn, &ids)
-        .await?
-        .into_iter()
+    let cancelled: Vec<Uuid> = works
+        .iter()
+        .filter(|w| matches!(w.event, Event::Cancelled(_)))
+        .map(|w| w.event.order_id().0)
         .collect();
-    let known: HashMap<OrderId, Known> = queries::find_all(conn, &order_ids)
-        .await?
+    let read = queries::read_batch(conn, &ids, &order_ids, &products_of(works), &cancelled).await?;
+    let seen: HashSet<Uuid> = read.seen.into_iter().collect();
+    let known: HashMap<OrderId, Known> = read
+        .reservations
         .into_iter()
         .map(|reservation| (reservation.order_id, Known::read(reservation)))
         .collect();
-    let locked = stock_queries::lock_all(conn, &products_touched(works, &known)).await?;
-    let ready = ready(works, &known, &locked.busy);
+    let ready = ready(works, &known, &read.stock.busy);
     let judged_works: Vec<Work> = works
         .iter()
         .zip(&ready)
         .filter(|(_, ready)| **ready)
         .map(|(work, _)| work.clone())
         .collect();
-    let judged = judge::judge(&judged_works, seen, known, Ledger::new(locked.rows))?;
-    let mut handled = write(conn, judged).await?.into_iter();
-    Ok(ready
-        .into_iter()
-        .map(|ready| if ready { handled.next() } else { None })
-        .collect())
+    let judged = read.stock.rows.clone();
+    let mut judgement = judge::judge(&judged_works, seen, known, Ledger::new(read.stock.rows))?;
+    let handled = std::mem::take(&mut judgement.handled);
+    Ok(Judgement {
+        ready,
+        handled,
+        judged,
+        judgement,
+    })
 }
 
-/// Every product the batch may change: those its creations name, and those its
-/// cancellations give back to (the items of reservations still applied).
-fn products_touched(works: &[Work], known: &HashMap<OrderId, Known>) -> Vec<ProductId> {
-    let mut products = products_of(works);
-    for work in works {
-        if let Event::Cancelled(cancelled) = &work.event
-            && let Some(existing) = known.get(&cancelled.order_id)
-            && existing.reservation.state == ReservationState::Applied
-        {
-            products.extend(existing.reservation.items.iter().map(|i| i.product_id));
+impl Judgement {
+    /// Writes what the batch decided in one statement that commits on its own; one outcome
+    /// per work (`None` for one that waits), and the outbox rows to hand to the relay.
+    pub async fn write(
+        self,
+        conn: &mut PgConnection,
+    ) -> Result<(Vec<Option<Handled>>, Vec<NewOutboxRow>), BatchError> {
+        let Judged {
+            stock,
+            known,
+            recorded,
+            outbox,
+            ..
+        } = self.judgement;
+        let (inserted, released): (Vec<&Known>, Vec<&Known>) = known
+            .values()
+            .filter(|k| k.new || k.released)
+            .partition(|k| k.new);
+        let write = BatchWrite {
+            judged: self.judged,
+            changes: stock.changes(),
+            inserted: inserted
+                .into_iter()
+                .map(|k| NewReservation {
+                    order_id: k.reservation.order_id,
+                    state: k.reservation.state,
+                    items: k.reservation.items.clone(),
+                    rejection_reason: k.reservation.rejection_reason,
+                })
+                .collect(),
+            released: released.iter().map(|k| k.reservation.order_id.0).collect(),
+            recorded,
+            outbox: &outbox,
+        };
+        match queries::write_batch(conn, &write).await {
+            Ok(()) => {}
+            // A product moved, or another batch wrote one of these reservations or message
+            // ids since the read (a creation and a cancellation of one order, in two
+            // channels): judged again on what that one left.
+            Err(error) if platform::messaging::consumer::is_database_contention(&error) => {
+                return Err(BatchError::Contended(
+                    "what the batch read moved before it was written",
+                ));
+            }
+            Err(error) => return Err(error.into()),
         }
+        let mut handled = self.handled.into_iter();
+        let handled = self
+            .ready
+            .into_iter()
+            .map(|ready| if ready { handled.next() } else { None })
+            .collect();
+        Ok((handled, outbox))
     }
-    products
 }
 
 /// Whether each work can go on now: not when a product it needs is `busy` (a creation's
@@ -163,54 +219,4 @@ pub(super) fn products_of(works: &[Work]) -> Vec<ProductId> {
         })
         .flatten()
         .collect()
-}
-
-/// Writes what the batch decided, one statement per table.
-async fn write(conn: &mut PgConnection, judged: Judged) -> Result<Vec<Handled>, BatchError> {
-    let Judged {
-        handled,
-        stock,
-        known,
-        recorded,
-        outbox,
-    } = judged;
-    if !stock_queries::apply_changes(conn, &stock.changes()).await? {
-        return Err(BatchError::Contended(
-            "a product's stock moved since it was read",
-        ));
-    }
-    let (inserted, released): (Vec<&Known>, Vec<&Known>) = known
-        .values()
-        .filter(|k| k.new || k.released)
-        .partition(|k| k.new);
-    let inserted: Vec<NewReservation> = inserted
-        .into_iter()
-        .map(|k| NewReservation {
-            order_id: k.reservation.order_id,
-            state: k.reservation.state,
-            items: k.reservation.items.clone(),
-            rejection_reason: k.reservation.rejection_reason,
-        })
-        .collect();
-    // Another batch may have written a reservation of one of these orders since they were
-    // read (a creation and a cancellation of one order, in two channels): then a row is
-    // missing from a count, and the batch is judged again on what that one left.
-    if queries::insert_all(conn, &inserted).await? != inserted.len() as u64 {
-        return Err(BatchError::Contended(
-            "another batch wrote a reservation of this order meanwhile",
-        ));
-    }
-    let released: Vec<Uuid> = released.iter().map(|k| k.reservation.order_id.0).collect();
-    if queries::release_all(conn, &released).await? != released.len() as u64 {
-        return Err(BatchError::Contended(
-            "another batch released this order's stock meanwhile",
-        ));
-    }
-    if platform::messaging::processed::record_all(conn, &recorded).await? != recorded.len() as u64 {
-        return Err(BatchError::Contended(
-            "a message was recorded by another consumer",
-        ));
-    }
-    platform::messaging::outbox::enqueue_all(conn, outbox).await?;
-    Ok(handled)
 }

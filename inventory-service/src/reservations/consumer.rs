@@ -3,9 +3,10 @@
 //! For a batch: take the locks of its creations' products in one Redis round trip
 //! ([`Locker::try_acquire_many`]); a creation whose product is busy waits for a later batch
 //! (contention: kept in process, no delivery spent), and so does every later event of the
-//! same order, so an order's events keep their arrival order. The rest are applied in one
-//! transaction; the locks are checked right before the commit (a lost lock rolls back, and
-//! the batch is tried again), then released.
+//! same order, so an order's events keep their arrival order. The rest are read and judged
+//! with one statement and written with another ([`super::apply`]); the locks are checked
+//! right before the write (a lost lock writes nothing, and the batch is tried again), then
+//! released.
 //!
 //! A message that cannot be parsed, or an `order.created` order-service would never send, is
 //! poison on its own. A batch that fails as a whole is applied again one message at a time by
@@ -66,9 +67,17 @@ fn check_items(items: &[LineItem]) -> Result<(), ConsumeError> {
         .map_err(|error| ConsumeError::Poison(format!("order.created with invalid items: {error}")))
 }
 
+impl From<BatchError> for ConsumeError {
+    fn from(error: BatchError) -> Self {
+        match error {
+            BatchError::Contended(reason) => ConsumeError::Contention(reason.to_owned()),
+            BatchError::Database(error) => error.into(),
+        }
+    }
+}
+
 impl OrderEvents {
-    /// Applies what it can lock of `works` in one transaction: one outcome per work, or the
-    /// error of them all.
+    /// Applies what it can lock of `works`: one outcome per work, or the error of them all.
     async fn apply(&self, works: &[Work]) -> Result<Vec<Outcome>, ConsumeError> {
         let products = apply::products_of(works);
         let partial = self.locker.try_acquire_many(&products).await;
@@ -118,20 +127,15 @@ impl OrderEvents {
         if ready.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.db.begin().await?;
-        let handled = match apply::apply(&mut tx, ready).await {
-            Ok(handled) => handled,
-            Err(BatchError::Contended(reason)) => {
-                return Err(ConsumeError::Contention(reason.to_owned()));
-            }
-            Err(BatchError::Database(error)) => return Err(error.into()),
-        };
-        // A holder whose lock expired or was taken must not commit.
+        let mut conn = self.db.acquire().await?;
+        let judgement = apply::read_and_judge(&mut conn, ready).await?;
+        // A holder whose lock expired or was taken must not write.
         if let Err(lost) = locks.ensure_held() {
             return Err(ConsumeError::Contention(lost.to_string()));
         }
-        tx.commit().await?;
-        self.outbox.wake();
+        let (handled, events) = judgement.write(&mut conn).await?;
+        drop(conn);
+        self.outbox.committed(events);
         Ok(handled)
     }
 }

@@ -2,12 +2,15 @@
 //! against the migrations at build time (`sqlx::query!`, offline data in `.sqlx/`).
 
 use chrono::{DateTime, Utc};
+use platform::messaging::outbox::{NewOutboxRow, OutboxColumns};
 use shared::events::{LineItem, RejectionReason};
-use shared::ids::OrderId;
+use shared::ids::{OrderId, ProductId};
 pub use shared::reservation::ReservationState;
 use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
+
+use crate::stock::queries::{Change, StockRead, StockRow};
 
 #[derive(Debug, Clone)]
 pub struct Reservation {
@@ -56,21 +59,99 @@ impl TryFrom<StoredReservation> for Reservation {
 /// The primary key on the order id: one reservation (or tombstone) per order.
 pub const KEY: &str = "reservations_pkey";
 
-/// The reservations (or tombstones) of `order_ids` that exist.
-pub async fn find_all(
+/// What a batch of order events reads before it judges, in one statement that locks nothing
+/// past its own end.
+#[derive(Debug, Default)]
+pub struct BatchRead {
+    /// The batch's message ids recorded before.
+    pub seen: Vec<Uuid>,
+    /// The reservations (or tombstones) of its orders that exist.
+    pub reservations: Vec<Reservation>,
+    /// The products it may change, with their stock and version, and the ones another
+    /// transaction holds right now.
+    pub stock: StockRead,
+}
+
+/// Reads, in one autocommit statement, the message ids of `message_ids` recorded before, the
+/// reservations of `order_ids`, and the stock of every product the batch may change: those of
+/// `products` (its creations' items) and those the reservations of `cancelled` still hold.
+/// The products are taken `FOR UPDATE SKIP LOCKED`, in ascending id, only to learn which one
+/// another transaction holds (a holder stuck in the database): the work needing it waits for a
+/// later batch, the rest never waits on it. The locks end with the statement; the batch's
+/// write checks the versions read.
+pub async fn read_batch(
     conn: &mut PgConnection,
+    message_ids: &[Uuid],
     order_ids: &[Uuid],
-) -> sqlx::Result<Vec<Reservation>> {
-    let rows = sqlx::query_as!(
-        StoredReservation,
-        r#"SELECT order_id, state, items AS "items: Json<Vec<LineItem>>", rejection_reason,
-                  updated_at
-           FROM reservations WHERE order_id = ANY($1)"#,
+    products: &[ProductId],
+    cancelled: &[Uuid],
+) -> sqlx::Result<BatchRead> {
+    let products: Vec<i64> = products.iter().map(|p| p.0).collect();
+    let rows = sqlx::query!(
+        r#"WITH found AS MATERIALIZED (
+               SELECT order_id, state, items, rejection_reason, updated_at
+                 FROM reservations WHERE order_id = ANY($2)
+           ), wanted AS (
+               SELECT unnest($3::bigint[]) AS product_id
+               UNION
+               SELECT (item ->> 'product_id')::bigint
+                 FROM found CROSS JOIN jsonb_array_elements(found.items) AS item
+                WHERE found.state = $5 AND found.order_id = ANY($4)
+           ), locked AS MATERIALIZED (
+               SELECT product_id, stock, version FROM products
+                WHERE product_id IN (SELECT product_id FROM wanted)
+                ORDER BY product_id FOR UPDATE SKIP LOCKED
+           )
+           SELECT 'seen' AS "kind!", message_id AS "id?", NULL::text AS "state?",
+                  NULL::jsonb AS "items?: Json<Vec<LineItem>>", NULL::text AS "reason?",
+                  NULL::timestamptz AS "updated_at?", NULL::bigint AS "product_id?",
+                  NULL::bigint AS "stock?", NULL::bigint AS "version?"
+             FROM processed_messages WHERE message_id = ANY($1)
+           UNION ALL
+           SELECT 'reservation', order_id, state, items, rejection_reason, updated_at,
+                  NULL, NULL, NULL
+             FROM found
+           UNION ALL
+           SELECT 'product', NULL, NULL, NULL, NULL, NULL, p.product_id, l.stock, l.version
+             FROM products AS p LEFT JOIN locked AS l USING (product_id)
+            WHERE p.product_id IN (SELECT product_id FROM wanted)"#,
+        message_ids,
         order_ids,
+        &products,
+        cancelled,
+        ReservationState::Applied.as_str(),
     )
     .fetch_all(conn)
     .await?;
-    rows.into_iter().map(Reservation::try_from).collect()
+    let mut read = BatchRead::default();
+    for row in rows {
+        match (row.kind.as_str(), row.id, row.product_id) {
+            ("seen", Some(id), _) => read.seen.push(id),
+            ("reservation", Some(order_id), _) => {
+                let stored = StoredReservation {
+                    order_id,
+                    state: row.state.unwrap_or_default(),
+                    items: row.items.unwrap_or_default(),
+                    rejection_reason: row.reason,
+                    updated_at: row.updated_at.unwrap_or_default(),
+                };
+                read.reservations.push(Reservation::try_from(stored)?);
+            }
+            ("product", _, Some(product_id)) => {
+                let id = ProductId(product_id);
+                match (row.stock, row.version) {
+                    (Some(stock), Some(version)) => {
+                        read.stock.rows.push((id, StockRow { stock, version }));
+                    }
+                    _ => {
+                        read.stock.busy.insert(id);
+                    }
+                }
+            }
+            (kind, ..) => return Err(decode_error("row kind", kind)),
+        }
+    }
+    Ok(read)
 }
 
 /// A reservation about to be written.
@@ -82,57 +163,125 @@ pub struct NewReservation {
     pub rejection_reason: Option<RejectionReason>,
 }
 
-/// Writes every reservation in one statement, in ascending order id (two batches inserting
-/// the same orders wait on each other in one order, never in a cycle); how many were written.
-/// An order another transaction wrote meanwhile waits for it, then is skipped.
-pub async fn insert_all(conn: &mut PgConnection, rows: &[NewReservation]) -> sqlx::Result<u64> {
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.order_id.0).collect();
-    let states: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
-    let items: Vec<Json<&[LineItem]>> = rows.iter().map(|r| Json(r.items.as_slice())).collect();
-    let reasons: Vec<Option<&str>> = rows
+/// Everything a judged batch of order events writes.
+#[derive(Debug, Default)]
+pub struct BatchWrite<'a> {
+    /// Every product the batch judged, with the version it was read at.
+    pub judged: Vec<(ProductId, StockRow)>,
+    pub changes: Vec<Change>,
+    pub inserted: Vec<NewReservation>,
+    /// Orders whose reservation goes from `APPLIED` to `RELEASED`.
+    pub released: Vec<Uuid>,
+    /// The messages applied: (id, routing key).
+    pub recorded: Vec<(Uuid, &'static str)>,
+    pub outbox: &'a [NewOutboxRow],
+}
+
+/// Writes a judged batch in one statement that commits on its own: the stock changes, the new
+/// reservations, the releases, the message ids and the outbox rows. All of it, or, when what
+/// the judgement relied on moved since the read (a product's version, a reservation another
+/// batch wrote or released, a message id another consumer recorded), nothing, with a
+/// serialization failure (40001): the batch is judged again on what it then reads. Rows are
+/// locked in ascending id (products, then reservations) before anything changes, so two
+/// writers never wait on each other in a cycle; a wait longer than the session's
+/// `lock_timeout` fails the statement as contention.
+pub async fn write_batch(conn: &mut PgConnection, write: &BatchWrite<'_>) -> sqlx::Result<()> {
+    let judged_ids: Vec<i64> = write.judged.iter().map(|(id, _)| id.0).collect();
+    let judged_versions: Vec<i64> = write.judged.iter().map(|(_, row)| row.version).collect();
+    let change_ids: Vec<i64> = write.changes.iter().map(|c| c.product_id.0).collect();
+    let deltas: Vec<i64> = write.changes.iter().map(|c| c.delta).collect();
+    let versions: Vec<Option<i64>> = write.changes.iter().map(|c| c.version).collect();
+    let order_ids: Vec<Uuid> = write.inserted.iter().map(|r| r.order_id.0).collect();
+    let states: Vec<&str> = write.inserted.iter().map(|r| r.state.as_str()).collect();
+    let items: Vec<Json<&[LineItem]>> = write
+        .inserted
+        .iter()
+        .map(|r| Json(r.items.as_slice()))
+        .collect();
+    let reasons: Vec<Option<&str>> = write
+        .inserted
         .iter()
         .map(|r| r.rejection_reason.map(RejectionReason::as_str))
         .collect();
-    let done = sqlx::query!(
-        "INSERT INTO reservations (order_id, state, items, rejection_reason)
-         SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[])
-                AS r (order_id, state, items, rejection_reason)
-          ORDER BY order_id
-         ON CONFLICT ON CONSTRAINT reservations_pkey DO NOTHING",
-        &ids,
+    let (message_ids, kinds): (Vec<Uuid>, Vec<&str>) = write.recorded.iter().copied().unzip();
+    let outbox = OutboxColumns::of(write.outbox);
+    sqlx::query_scalar!(
+        r#"WITH ordered AS MATERIALIZED (
+               SELECT product_id FROM products WHERE product_id = ANY($1)
+                ORDER BY product_id FOR UPDATE
+           ), changed AS (
+               UPDATE products AS p
+                  SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now()
+                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+                      AS c (product_id, delta, version)
+                WHERE p.product_id = c.product_id
+                  AND (c.version IS NULL OR p.version = c.version)
+                  AND p.stock + c.delta >= 0
+                  AND (SELECT count(*) FROM ordered) > 0
+               RETURNING 1
+           ), inserted AS (
+               INSERT INTO reservations (order_id, state, items, rejection_reason)
+               SELECT * FROM unnest($6::uuid[], $7::text[], $8::jsonb[], $9::text[])
+                      AS r (order_id, state, items, rejection_reason)
+                ORDER BY order_id
+                   ON CONFLICT ON CONSTRAINT reservations_pkey DO NOTHING
+               RETURNING 1
+           ), releasing AS MATERIALIZED (
+               SELECT order_id FROM reservations WHERE order_id = ANY($10)
+                ORDER BY order_id FOR UPDATE
+           ), released AS (
+               UPDATE reservations SET state = $12, updated_at = now()
+                WHERE order_id = ANY($10) AND state = $11
+                  AND (SELECT count(*) FROM releasing) > 0
+               RETURNING 1
+           ), recorded AS (
+               INSERT INTO processed_messages (message_id, kind)
+               SELECT * FROM unnest($13::uuid[], $14::text[]) ON CONFLICT DO NOTHING
+               RETURNING 1
+           ), queued AS (
+               INSERT INTO outbox (event_id, exchange, routing_key, payload, headers)
+               SELECT * FROM unnest($15::uuid[], $16::text[], $17::text[], $18::jsonb[],
+                                    $19::jsonb[])
+           )
+           SELECT CASE
+               WHEN (SELECT count(*) FROM products AS p
+                       JOIN unnest($4::bigint[], $5::bigint[]) AS j (product_id, version)
+                         ON p.product_id = j.product_id AND p.version = j.version)
+                    <> cardinality($4::bigint[])
+                   THEN serialization_failure('a product moved since the batch was judged')
+               WHEN (SELECT count(*) FROM changed) <> cardinality($1::bigint[])
+                   THEN serialization_failure('a product''s stock moved since it was read')
+               WHEN (SELECT count(*) FROM inserted) <> cardinality($6::uuid[])
+                   THEN serialization_failure('another batch wrote a reservation of this order meanwhile')
+               WHEN (SELECT count(*) FROM released) <> cardinality($10::uuid[])
+                   THEN serialization_failure('another batch released this order''s stock meanwhile')
+               WHEN (SELECT count(*) FROM recorded) <> cardinality($13::uuid[])
+                   THEN serialization_failure('a message was recorded by another consumer')
+               ELSE true
+           END AS "written!""#,
+        &change_ids,
+        &deltas,
+        &versions as &[Option<i64>],
+        &judged_ids,
+        &judged_versions,
+        &order_ids,
         &states as &[&str],
         &items as &[Json<&[LineItem]>],
         &reasons as &[Option<&str>],
-    )
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
-}
-
-/// Moves every order of `order_ids` from `APPLIED` to `RELEASED` in one statement, taking
-/// their rows in ascending order id; how many moved. One that another transaction released
-/// meanwhile waits for it, then is not counted.
-pub async fn release_all(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<u64> {
-    if order_ids.is_empty() {
-        return Ok(0);
-    }
-    let done = sqlx::query!(
-        "WITH ordered AS MATERIALIZED (
-             SELECT order_id FROM reservations WHERE order_id = ANY($1)
-              ORDER BY order_id FOR UPDATE)
-         UPDATE reservations SET state = $3, updated_at = now()
-          WHERE order_id = ANY($1) AND state = $2
-            AND (SELECT count(*) FROM ordered) > 0",
-        order_ids,
+        &write.released,
         ReservationState::Applied.as_str(),
         ReservationState::Released.as_str(),
+        &message_ids,
+        &kinds as &[&str],
+        &outbox.event_ids,
+        &outbox.exchanges as &[&str],
+        &outbox.routing_keys as &[&str],
+        &outbox.payloads as &[&serde_json::Value],
+        &outbox.headers as &[&serde_json::Value],
     )
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
+    .fetch_one(conn)
+    .await
+    .map(drop)
 }
 
 pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Option<Reservation>> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use inventory_service::products::product::NewProduct;
 use inventory_service::stock::lock::{LockError, LockOptions};
-use inventory_service::{products, stock};
+use inventory_service::{products, reservations, stock};
 use shared::ids::ProductId;
 
 use crate::helpers::{TestApp, assert_exactly_fifty_applied, patient, stampede};
@@ -37,13 +37,22 @@ async fn stock_of(conn: &mut sqlx::PgConnection, product: ProductId) -> stock::q
     stock::queries::StockRow { stock, version }
 }
 
-/// One unit less, conditional on the version `read` saw.
-fn deduct_one(product: ProductId, read: stock::queries::StockRow) -> stock::queries::Change {
-    stock::queries::Change {
-        product_id: product,
-        delta: -1,
-        version: Some(read.version),
-    }
+/// A consumer batch's write of one unit less, conditional on the version `read` saw.
+async fn deduct_one(
+    conn: &mut sqlx::PgConnection,
+    product: ProductId,
+    read: stock::queries::StockRow,
+) -> sqlx::Result<()> {
+    let write = reservations::queries::BatchWrite {
+        judged: vec![(product, read)],
+        changes: vec![stock::queries::Change {
+            product_id: product,
+            delta: -1,
+            version: Some(read.version),
+        }],
+        ..Default::default()
+    };
+    reservations::queries::write_batch(conn, &write).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,26 +89,24 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
         .acquire(product)
         .await
         .expect("B's lock, once A's expired");
-    let mut b_tx = app.db.begin().await.expect("B's transaction");
-    let fresh = stock_of(&mut b_tx, product).await;
-    assert!(
-        stock::queries::apply_changes(&mut b_tx, &[deduct_one(product, fresh)])
-            .await
-            .expect("B's update runs"),
-        "B's read is current, so its update applies"
-    );
+    let mut b_conn = app.db.acquire().await.expect("B's connection");
+    let fresh = stock_of(&mut b_conn, product).await;
     assert_eq!(b_locks.ensure_held(), Ok(()));
-    b_tx.commit().await.expect("B commits");
+    deduct_one(&mut b_conn, product, fresh)
+        .await
+        .expect("B's read is current, so its write applies");
     b_locks.release().await;
 
-    // A wakes up with its stale read: the conditional update changes nothing...
-    let written = stock::queries::apply_changes(&mut a_tx, &[deduct_one(product, stale)])
-        .await
-        .expect("the update runs");
-    assert!(!written, "the stale write must match no row");
-    // ...a fresh read shows the stock is gone, and A is told before commit it lost the lock.
-    assert_eq!(stock_of(&mut a_tx, product).await.stock, 0);
+    // A wakes up with its stale read: it is told it lost the lock, and even a write it sent
+    // anyway changes nothing...
     assert_eq!(a_locks.ensure_held(), Err(LockError::Lost));
+    let refused = deduct_one(&mut a_tx, product, stale)
+        .await
+        .expect_err("the stale write must match no row");
+    assert!(
+        platform::messaging::consumer::is_database_contention(&refused),
+        "{refused}"
+    );
     a_tx.rollback().await.expect("A rolls back");
     a_locks.release().await;
 

@@ -2,6 +2,7 @@
 //! (`sqlx::query!`, offline data in `.sqlx/`).
 
 use chrono::{DateTime, Utc};
+use platform::messaging::outbox::{NewOutboxRow, OutboxColumns};
 use rust_decimal::Decimal;
 use shared::events::{LineItem, RejectionReason};
 use shared::ids::{OrderId, UserId};
@@ -134,76 +135,121 @@ pub struct SettlementRow {
     pub created_at: DateTime<Utc>,
 }
 
-/// The orders of `order_ids`, locked until the transaction ends, in ascending id (two
-/// batches lock their common orders in the same order, so they never deadlock).
-pub async fn lock_for_settlement(
+/// What a settling batch reads, in one statement: its orders as they are now, and which of
+/// its message ids were recorded before. Nothing is locked: the write
+/// ([`write_settlement`]) checks that what it relied on still holds.
+pub async fn read_for_settlement(
     conn: &mut PgConnection,
     order_ids: &[Uuid],
-) -> sqlx::Result<Vec<SettlementRow>> {
+    message_ids: &[Uuid],
+) -> sqlx::Result<(Vec<SettlementRow>, Vec<Uuid>)> {
+    // One row at least (the left join), so the recorded ids come back with no order found.
     let rows = sqlx::query!(
-        r#"SELECT order_id, status, released_at IS NOT NULL AS "released!", created_at
-           FROM orders WHERE order_id = ANY($1) ORDER BY order_id FOR UPDATE"#,
+        r#"SELECT s.seen AS "seen!", o.order_id AS "order_id?", o.status AS "status?",
+                  o.released_at IS NOT NULL AS "released?", o.created_at AS "created_at?"
+           FROM (SELECT ARRAY(SELECT message_id FROM processed_messages
+                              WHERE message_id = ANY($2)) AS seen) AS s
+           LEFT JOIN orders AS o ON o.order_id = ANY($1)"#,
         order_ids,
+        message_ids,
     )
     .fetch_all(conn)
     .await?;
-    rows.into_iter()
-        .map(|row| {
-            Ok(SettlementRow {
-                order_id: row.order_id,
-                status: OrderStatus::read(&row.status).map_err(|e| strict("status", e))?,
-                released: row.released,
-                created_at: row.created_at,
-            })
+    let seen = rows.first().map(|row| row.seen.clone()).unwrap_or_default();
+    let orders = rows
+        .into_iter()
+        .filter_map(|row| {
+            Some(Ok(SettlementRow {
+                order_id: row.order_id?,
+                status: match OrderStatus::read(&row.status?) {
+                    Ok(status) => status,
+                    Err(e) => return Some(Err(strict("status", e))),
+                },
+                released: row.released.unwrap_or(false),
+                created_at: row.created_at?,
+            }))
         })
-        .collect()
+        .collect::<sqlx::Result<_>>()?;
+    Ok((orders, seen))
 }
 
-/// Moves every `(order, status, reason)` from `PENDING` in one statement; how many moved.
-/// An order moved to `AWAITING_PAYMENT` is due `window` from now, by this database's clock:
-/// the window in force at this moment, fixed on the order (docs/contract.md §3.1.1).
-pub async fn settle_pending_all(
+/// Everything a settled batch decided, to write in one statement.
+#[derive(Debug, Default)]
+pub struct SettlementWrite<'a> {
+    /// Orders leaving `PENDING`: (order, status, reason).
+    pub settled: Vec<(Uuid, OrderStatus, Option<RejectionReason>)>,
+    /// Cancelled or expired orders whose stock inventory now holds no more.
+    pub released: Vec<Uuid>,
+    /// The messages applied: (id, routing key).
+    pub recorded: Vec<(Uuid, &'a str)>,
+    pub outbox: &'a [NewOutboxRow],
+}
+
+/// Writes a settled batch in one statement, which commits on its own (or in the caller's
+/// transaction): the orders leaving `PENDING` (due `window` from now by this database's
+/// clock when it sends them to `AWAITING_PAYMENT`, docs/contract.md §3.1.1), the releases,
+/// the message ids and the outbox rows. All of it, or, when an order left `PENDING` since the
+/// batch read it or another consumer recorded one of the message ids meanwhile, nothing, with
+/// a serialization failure (40001): the caller judges the batch again on what it then reads.
+pub async fn write_settlement(
     conn: &mut PgConnection,
-    settled: &[(Uuid, OrderStatus, Option<RejectionReason>)],
+    write: &SettlementWrite<'_>,
     window: PaymentWindow,
-) -> sqlx::Result<u64> {
-    if settled.is_empty() {
-        return Ok(0);
-    }
-    let ids: Vec<Uuid> = settled.iter().map(|s| s.0).collect();
-    let statuses: Vec<String> = settled.iter().map(|s| s.1.as_str().to_owned()).collect();
-    let reasons: Vec<Option<String>> = settled
+) -> sqlx::Result<()> {
+    let ids: Vec<Uuid> = write.settled.iter().map(|s| s.0).collect();
+    let statuses: Vec<&str> = write.settled.iter().map(|s| s.1.as_str()).collect();
+    let reasons: Vec<Option<&str>> = write
+        .settled
         .iter()
-        .map(|s| s.2.map(|reason| reason.as_str().to_owned()))
+        .map(|s| s.2.map(RejectionReason::as_str))
         .collect();
-    let done = sqlx::query!(
-        "UPDATE orders o SET status = v.status, rejection_reason = v.reason, updated_at = now(),
-             payment_due_at = CASE WHEN v.status = 'AWAITING_PAYMENT'
-                                   THEN now() + make_interval(secs => $4) END
-         FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v(order_id, status, reason)
-         WHERE o.order_id = v.order_id AND o.status = 'PENDING'",
+    let (message_ids, kinds): (Vec<Uuid>, Vec<&str>) = write.recorded.iter().copied().unzip();
+    let outbox = OutboxColumns::of(write.outbox);
+    // The CTEs touch disjoint rows (`moved` only PENDING orders, `released` only cancelled or
+    // expired ones); the final SELECT counts what each did and raises when a guard fell short.
+    sqlx::query_scalar!(
+        r#"WITH moved AS (
+               UPDATE orders AS o
+                  SET status = v.status, rejection_reason = v.reason, updated_at = now(),
+                      payment_due_at = CASE WHEN v.status = 'AWAITING_PAYMENT'
+                                            THEN now() + make_interval(secs => $4) END
+                 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v (order_id, status, reason)
+                WHERE o.order_id = v.order_id AND o.status = 'PENDING'
+               RETURNING 1
+           ), released AS (
+               UPDATE orders SET released_at = now()
+                WHERE order_id = ANY($5) AND status IN ('CANCELLED', 'EXPIRED')
+                  AND released_at IS NULL
+           ), recorded AS (
+               INSERT INTO processed_messages (message_id, kind)
+               SELECT * FROM unnest($6::uuid[], $7::text[]) ON CONFLICT DO NOTHING
+               RETURNING 1
+           ), queued AS (
+               INSERT INTO outbox (event_id, exchange, routing_key, payload, headers)
+               SELECT * FROM unnest($8::uuid[], $9::text[], $10::text[], $11::jsonb[],
+                                    $12::jsonb[])
+           )
+           SELECT CASE
+               WHEN (SELECT count(*) FROM moved) <> cardinality($1::uuid[])
+                   THEN serialization_failure('an order left PENDING since the batch read it')
+               WHEN (SELECT count(*) FROM recorded) <> cardinality($6::uuid[])
+                   THEN serialization_failure('a message of the batch was recorded meanwhile')
+               ELSE true
+           END AS "written!""#,
         &ids,
-        &statuses,
-        &reasons as &[Option<String>],
+        &statuses as &[&str],
+        &reasons as &[Option<&str>],
         window.as_secs_f64(),
+        &write.released,
+        &message_ids,
+        &kinds as &[&str],
+        &outbox.event_ids,
+        &outbox.exchanges as &[&str],
+        &outbox.routing_keys as &[&str],
+        &outbox.payloads as &[&serde_json::Value],
+        &outbox.headers as &[&serde_json::Value],
     )
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
-}
-
-/// Records that inventory holds nothing any more (its stock came back, or none was ever
-/// taken) for those of the cancelled or expired `order_ids` not yet known so, in one statement.
-pub async fn record_released_all(conn: &mut PgConnection, order_ids: &[Uuid]) -> sqlx::Result<()> {
-    if order_ids.is_empty() {
-        return Ok(());
-    }
-    sqlx::query!(
-        "UPDATE orders SET released_at = now()
-         WHERE order_id = ANY($1) AND status IN ('CANCELLED', 'EXPIRED') AND released_at IS NULL",
-        order_ids,
-    )
-    .execute(conn)
+    .fetch_one(conn)
     .await
     .map(drop)
 }

@@ -1,9 +1,9 @@
-//! Settling a batch of verdicts: one transaction settles the orders and records the message
-//! ids together, each verdict judged as if alone and in arrival order; a batch of one takes
-//! the same path.
+//! Settling a batch of verdicts: one statement settles the orders and records the message
+//! ids together, each verdict judged as if alone and in arrival order, after one read that
+//! locks nothing; a batch of one takes the same path.
 
 use order_service::orders::payment::PaymentWindow;
-use order_service::orders::settle::{self, Effect, Incoming, MessageKey, Verdict};
+use order_service::orders::settle::{self, Effect, Incoming, MessageKey, SettleError, Verdict};
 use platform::messaging::consumer::Handled;
 use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
@@ -146,4 +146,63 @@ async fn a_batch_settles_each_order_by_its_first_verdict_in_arrival_order() {
         .await
         .expect("a count");
     assert_eq!(ids, 3, "every distinct message id recorded once");
+}
+
+#[tokio::test]
+async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge_again() {
+    let db = TestDatabase::create("first_verdict", &order_service::MIGRATOR).await;
+    let order_id = pending_order(&db.pool).await;
+    // A cancel in flight holds the order's row, PENDING as the batch reads it...
+    let mut cancel = db.pool.begin().await.expect("the cancel's transaction");
+    sqlx::query("UPDATE orders SET status = 'CANCELLED' WHERE order_id = $1")
+        .bind(order_id.0)
+        .execute(&mut *cancel)
+        .await
+        .expect("the cancel");
+    let reserved = verdict(order_id, Verdict::Reserved);
+    let batch = [reserved.clone()];
+    let pool = db.pool.clone();
+    let settling = tokio::spawn(async move {
+        let mut conn = pool.acquire().await.expect("a connection");
+        settle::settle_all(&mut conn, &batch, PaymentWindow::OFF)
+            .await
+            .map(|settled| settled.handled)
+    });
+    // ...and commits while the batch's write waits for the row.
+    eventually_waiting_on_a_lock(&db.pool).await;
+    cancel.commit().await.expect("the cancel commits");
+    let first = settling.await.expect("the task");
+    assert!(matches!(first, Err(SettleError::Raced)), "{first:?}");
+    assert!(
+        !recorded(&db.pool, message_id(&reserved)).await,
+        "nothing written"
+    );
+
+    // Judged again, the verdict finds the order cancelled: recorded, and the stock asked back.
+    let mut conn = db.pool.acquire().await.expect("a connection");
+    let again = settle::settle_all(&mut conn, &[reserved.clone()], PaymentWindow::OFF)
+        .await
+        .expect("settles");
+    assert_eq!(again.handled, [Handled::Applied]);
+    assert_eq!(again.events.len(), 1, "a release request");
+    assert_eq!(status(&db.pool, order_id).await, "CANCELLED");
+    assert!(recorded(&db.pool, message_id(&reserved)).await);
+}
+
+/// Returns once some session of this database waits for a row lock.
+async fn eventually_waiting_on_a_lock(pool: &PgPool) {
+    for _ in 0..500 {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+              WHERE datname = current_database() AND wait_event_type = 'Lock')",
+        )
+        .fetch_one(pool)
+        .await
+        .expect("pg_stat_activity");
+        if waiting {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("no session ever waited for the row");
 }

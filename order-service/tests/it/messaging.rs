@@ -230,7 +230,8 @@ async fn a_reservation_for_a_cancelled_order_leaves_it_cancelled_and_asks_for_a_
 
 #[tokio::test]
 async fn several_relays_publish_each_outbox_row_exactly_once() {
-    let app = TestApp::spawn_with_broker(|_| {}).await;
+    // Rows written by no relay's process: the sweep may take them at once.
+    let app = TestApp::spawn_with_broker(|c| c.messaging.relay.sweep_after = Duration::ZERO).await;
     let rows: i32 = 300;
     sqlx::query(
         "INSERT INTO outbox (event_id, exchange, routing_key, payload) \
@@ -249,6 +250,7 @@ async fn several_relays_publish_each_outbox_row_exactly_once() {
     for _ in 0..2 {
         let settings = platform::messaging::relay::RelaySettings {
             batch_size: 7,
+            sweep_after: Duration::ZERO,
             ..Default::default()
         };
         // Rows they did not write reach them by polling, as rows of other instances do.
@@ -283,6 +285,7 @@ async fn several_relays_publish_each_outbox_row_exactly_once() {
 async fn an_unroutable_row_dies_after_its_attempts_and_an_operator_can_send_it_again() {
     let app = TestApp::spawn_with_broker(|c| {
         c.messaging.relay.max_attempts = 2;
+        c.messaging.relay.sweep_after = Duration::ZERO;
         c.messaging.relay.base_backoff = Duration::from_millis(10);
         c.messaging.relay.max_backoff = Duration::from_millis(20);
     })
@@ -366,6 +369,8 @@ async fn a_busy_relay_waits_a_moment_and_sends_what_came_meanwhile_in_one_batch(
     let signal = platform::messaging::outbox::OutboxSignal::default();
     let settings = platform::messaging::relay::RelaySettings {
         idle_poll: Duration::from_secs(3600),
+        // The rows are inserted here, not handed over: the sweep takes them, woken.
+        sweep_after: Duration::ZERO,
         // Far longer than the gap below, so the test does not depend on the machine's pace.
         linger: platform::messaging::linger::Linger::new(Duration::from_secs(2)),
         ..Default::default()
@@ -420,4 +425,73 @@ async fn a_busy_relay_waits_a_moment_and_sends_what_came_meanwhile_in_one_batch(
         "rows committed within the wait went together"
     );
     assert_ne!(sent_at(1).await, Some(second));
+}
+
+#[tokio::test]
+async fn the_relay_publishes_the_rows_its_process_committed_without_a_sweep() {
+    // The sweep looks once, at start: whatever is published afterwards was handed over.
+    let app = TestApp::spawn_with_broker(|c| {
+        c.messaging.relay.idle_poll = Duration::from_secs(3600);
+        c.messaging.relay.sweep_after = Duration::from_secs(3600);
+    })
+    .await;
+    let mut orders = Vec::new();
+    for user in 1..=3 {
+        orders.push(app.create_order(&order_body(user, 1001, 1)).await);
+    }
+    let probe = app.probe().await;
+    let messages = probe
+        .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 3, WAIT)
+        .await;
+    let published: HashSet<_> = messages
+        .iter()
+        .map(|m| m.body["payload"]["order_id"].clone())
+        .collect();
+    let created: HashSet<_> = orders.iter().map(|o| o["order_id"].clone()).collect();
+    assert_eq!(published, created);
+    // Marked sent once the broker confirmed them, and published once each.
+    eventually(WAIT, || async {
+        let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status <> 'sent'")
+            .fetch_one(&app.db.pool)
+            .await
+            .ok()?;
+        (unsent == 0).then_some(())
+    })
+    .await;
+    assert_eq!(probe.ready(keys::INVENTORY_ORDER_EVENTS_QUEUE).await, 0);
+}
+
+#[tokio::test]
+async fn a_row_nobody_handed_over_waits_for_the_sweep_age_then_goes_out_once() {
+    let sweep_after = Duration::from_secs(1);
+    let app = TestApp::spawn_with_broker(|c| {
+        c.messaging.relay.idle_poll = Duration::from_millis(50);
+        c.messaging.relay.sweep_after = sweep_after;
+    })
+    .await;
+    // As a process that died after its commit would leave it: in the table, in no relay's hands.
+    sqlx::query(
+        "INSERT INTO outbox (event_id, exchange, routing_key, payload) \
+         VALUES (gen_random_uuid(), 'orders.events', 'order.cancelled', '{}')",
+    )
+    .execute(&app.db.pool)
+    .await
+    .expect("seed");
+    let probe = app.probe().await;
+    let messages = probe
+        .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 1, WAIT)
+        .await;
+    assert_eq!(messages.len(), 1);
+    let (created_at, sent_at): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT created_at, sent_at FROM outbox WHERE status = 'sent'")
+            .fetch_one(&app.db.pool)
+            .await
+            .expect("the row, sent");
+    // Claimed by the sweep, whose transaction began once the row was old enough.
+    assert!(
+        (sent_at - created_at).to_std().expect("after") >= sweep_after,
+        "swept {:?} after its commit",
+        sent_at - created_at
+    );
+    assert_eq!(probe.ready(keys::INVENTORY_ORDER_EVENTS_QUEUE).await, 0);
 }

@@ -1,5 +1,6 @@
 //! Messaging: the broker and its topology, the transactional outbox and its relay, the
-//! consumer loop with its one-by-one fallback, and the ids of processed messages.
+//! consumer loop with its one-by-one fallback. (The ids of processed messages are written by each
+//! consumer's one write statement, in the same commit as their effect.)
 
 pub mod background;
 pub mod broker;
@@ -7,7 +8,6 @@ mod confirms;
 pub mod consumer;
 pub mod linger;
 pub mod outbox;
-pub mod processed;
 pub mod relay;
 pub mod topology;
 
@@ -19,8 +19,9 @@ use crate::config::{at_least, millis_at_least, positive_secs};
 #[derive(Debug, Clone)]
 pub struct MessagingConfig {
     /// `RELAY_BATCH_SIZE` (200), `OUTBOX_MAX_ATTEMPTS` (10), `OUTBOX_RETRY_BASE_MS` (200),
-    /// `OUTBOX_RETRY_MAX_SECS` (60), and `BATCH_LINGER_MS` (2): how long the relay and the
-    /// consumers, while busy, wait for a batch to fill (0: never; see [`linger`]).
+    /// `OUTBOX_RETRY_MAX_SECS` (60), `OUTBOX_SWEEP_AFTER_MS` (5000: the age from which the
+    /// sweep publishes a row nobody has tried), and `BATCH_LINGER_MS` (2): how long the relay
+    /// and the consumers, while busy, wait for a batch to fill (0: never; see [`linger`]).
     pub relay: relay::RelaySettings,
     /// `RETENTION_SECS` (604800 = 7 days): how long sent outbox rows and processed message
     /// ids are kept.
@@ -45,6 +46,7 @@ impl MessagingConfig {
                 max_attempts: at_least("OUTBOX_MAX_ATTEMPTS", 10, 1)?,
                 base_backoff: millis_at_least("OUTBOX_RETRY_BASE_MS", 200, 1)?,
                 max_backoff: positive_secs("OUTBOX_RETRY_MAX_SECS", 60)?,
+                sweep_after: millis_at_least("OUTBOX_SWEEP_AFTER_MS", 5000, 1000)?,
                 linger: linger::Linger::new(millis_at_least(
                     "BATCH_LINGER_MS",
                     linger::DEFAULT_WAIT_MS,

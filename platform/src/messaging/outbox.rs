@@ -9,20 +9,65 @@ use sqlx::PgConnection;
 
 use crate::telemetry::TraceContext;
 
-/// Wakes this process's relay right after outbox rows were committed, so it does not wait
-/// for its polling period. Cheap to clone; call [`OutboxSignal::wake`] after the commit
-/// (before it, the relay could look and find nothing).
+/// How this process's writers reach its relay, right after they committed outbox rows.
+/// Cheap to clone.
+///
+/// [`OutboxSignal::committed`] hands the relay the rows themselves: it publishes them as they
+/// are, without reading them back, and marks them sent afterwards (see
+/// [`crate::messaging::relay`]). [`OutboxSignal::wake`] only asks it to look in the table now,
+/// for rows this process did not write (an operator's retry).
 #[derive(Debug, Clone, Default)]
-pub struct OutboxSignal(std::sync::Arc<tokio::sync::Notify>);
+pub struct OutboxSignal(std::sync::Arc<Signal>);
+
+#[derive(Debug, Default)]
+struct Signal {
+    notify: tokio::sync::Notify,
+    handed: std::sync::Mutex<Handoff>,
+}
+
+/// What the relay finds when it looks: rows handed to it, when each was handed, and whether
+/// someone asked it to look in the table.
+#[derive(Debug, Default)]
+pub(crate) struct Handoff {
+    pub(crate) rows: Vec<(tokio::time::Instant, NewOutboxRow)>,
+    pub(crate) look: bool,
+}
+
+/// Rows waiting for the relay beyond which more handed rows are dropped (a broker away for
+/// long): they are in the table, and the relay's sweep sends them.
+pub const HANDOFF_LIMIT: usize = 10_000;
 
 impl OutboxSignal {
-    pub fn wake(&self) {
-        self.0.notify_one();
+    /// Rows this process has just committed, for its relay to publish. Call after the commit
+    /// (before it, the relay could publish an event whose change then rolls back).
+    pub fn committed(&self, rows: impl IntoIterator<Item = NewOutboxRow>) {
+        let now = tokio::time::Instant::now();
+        let mut handed = self.0.handed.lock().unwrap_or_else(|e| e.into_inner());
+        let room = HANDOFF_LIMIT.saturating_sub(handed.rows.len());
+        let before = handed.rows.len();
+        handed
+            .rows
+            .extend(rows.into_iter().take(room).map(|row| (now, row)));
+        if handed.rows.len() > before {
+            drop(handed);
+            self.0.notify.notify_one();
+        }
     }
 
-    /// Resolves at the next wake (or at once if one happened since the last wait).
+    /// Asks the relay to look in the table now, whatever the age of the rows it finds.
+    pub fn wake(&self) {
+        self.0.handed.lock().unwrap_or_else(|e| e.into_inner()).look = true;
+        self.0.notify.notify_one();
+    }
+
+    /// Resolves at the next hand-off or wake (or at once if one happened since the last wait).
     pub async fn woken(&self) {
-        self.0.notified().await;
+        self.0.notify.notified().await;
+    }
+
+    /// Takes what was handed over since the last call.
+    pub(crate) fn take(&self) -> Handoff {
+        std::mem::take(&mut *self.0.handed.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -53,32 +98,47 @@ impl NewOutboxRow {
     }
 }
 
-/// Writes every row to the outbox in one statement (inside the caller's transaction).
-pub async fn enqueue_all(conn: &mut PgConnection, rows: Vec<NewOutboxRow>) -> sqlx::Result<()> {
+/// Outbox rows as columns, one array each, the way `unnest` takes them: for [`enqueue_all`],
+/// and for a statement that writes the rows together with the change they announce.
+#[derive(Debug, Default)]
+pub struct OutboxColumns<'a> {
+    pub event_ids: Vec<uuid::Uuid>,
+    pub exchanges: Vec<&'a str>,
+    pub routing_keys: Vec<&'a str>,
+    pub payloads: Vec<&'a serde_json::Value>,
+    pub headers: Vec<&'a serde_json::Value>,
+}
+
+impl<'a> OutboxColumns<'a> {
+    pub fn of(rows: &'a [NewOutboxRow]) -> Self {
+        let mut columns = Self::default();
+        for row in rows {
+            columns.event_ids.push(row.event_id);
+            columns.exchanges.push(row.exchange.as_str());
+            columns.routing_keys.push(row.routing_key);
+            columns.payloads.push(&row.payload);
+            columns.headers.push(&row.headers);
+        }
+        columns
+    }
+}
+
+/// Writes every row to the outbox in one statement (inside the caller's transaction); after
+/// the commit, the caller hands the same rows to [`OutboxSignal::committed`].
+pub async fn enqueue_all(conn: &mut PgConnection, rows: &[NewOutboxRow]) -> sqlx::Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
-    let mut ids = Vec::with_capacity(rows.len());
-    let mut exchanges = Vec::with_capacity(rows.len());
-    let mut routing_keys = Vec::with_capacity(rows.len());
-    let mut payloads = Vec::with_capacity(rows.len());
-    let mut headers = Vec::with_capacity(rows.len());
-    for row in rows {
-        ids.push(row.event_id);
-        exchanges.push(row.exchange);
-        routing_keys.push(row.routing_key.to_owned());
-        payloads.push(row.payload);
-        headers.push(row.headers);
-    }
+    let c = OutboxColumns::of(rows);
     // unnest keeps the rows in order, so the relay publishes them in the batch's order.
     sqlx::query!(
         "INSERT INTO outbox (event_id, exchange, routing_key, payload, headers)
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[])",
-        &ids,
-        &exchanges,
-        &routing_keys,
-        &payloads,
-        &headers,
+        &c.event_ids,
+        &c.exchanges as &[&str],
+        &c.routing_keys as &[&str],
+        &c.payloads as &[&serde_json::Value],
+        &c.headers as &[&serde_json::Value],
     )
     .execute(conn)
     .await

@@ -187,7 +187,10 @@ async fn write(
         }
     }
     if !inserted.is_empty() {
-        writer.outbox.wake();
+        // The statement committed on its own: the relay can publish its events as they are.
+        writer
+            .outbox
+            .committed(done.iter().map(|&i| batch[i].row.event.clone()));
         metrics::counter!(crate::metrics::ORDER_TRANSITIONS_TOTAL, "to" => "PENDING")
             .increment(inserted.len() as u64);
     }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use platform::messaging::outbox::OutboxSignal;
+use platform::messaging::outbox::{NewOutboxRow, OutboxSignal};
 use platform::telemetry::TraceContext;
 use shared::ids::OrderId;
 use sqlx::{PgConnection, PgPool};
@@ -33,11 +33,8 @@ pub async fn run(db: PgPool, outbox: OutboxSignal, every: Duration, shutdown: Ca
             _ = tick.tick() => {}
         }
         loop {
-            match expire_batch(&db).await {
+            match expire_batch(&db, &outbox).await {
                 Ok(expired) => {
-                    if expired > 0 {
-                        outbox.wake();
-                    }
                     if expired < BATCH as usize || shutdown.is_cancelled() {
                         break;
                     }
@@ -52,8 +49,9 @@ pub async fn run(db: PgPool, outbox: OutboxSignal, every: Duration, shutdown: Ca
 }
 
 /// One batch: nothing due costs one read and no transaction; otherwise up to [`BATCH`] orders
-/// expire with their give-backs in one transaction. How many expired.
-pub async fn expire_batch(db: &PgPool) -> anyhow::Result<usize> {
+/// expire with their give-backs in one transaction, handed to the relay once committed. How
+/// many expired.
+pub async fn expire_batch(db: &PgPool, outbox: &OutboxSignal) -> anyhow::Result<usize> {
     let mut conn = db.acquire().await.context("acquiring a connection")?;
     if !super::queries::any_due(&mut conn).await? {
         return Ok(0);
@@ -62,8 +60,9 @@ pub async fn expire_batch(db: &PgPool) -> anyhow::Result<usize> {
     let mut tx = db.begin().await?;
     let expired = expire(&mut tx, None, BATCH).await?;
     tx.commit().await?;
-    let count = expired.len();
-    for (order, transition) in expired {
+    outbox.committed(expired.events);
+    let count = expired.orders.len();
+    for (order, transition) in expired.orders {
         tracing::info!(order_id = %order.order_id, "payment window closed; order expired and its stock given back");
         transition.record();
     }
@@ -71,24 +70,32 @@ pub async fn expire_batch(db: &PgPool) -> anyhow::Result<usize> {
 }
 
 /// Expires up to `limit` due orders (only `only`'s when given, with its request's trace) and
-/// writes their give-backs, in the caller's transaction; each expired order with the
-/// transition to record once the caller committed.
+/// writes their give-backs, in the caller's transaction.
 pub async fn expire(
     conn: &mut PgConnection,
     only: Option<(OrderId, &TraceContext)>,
     limit: i64,
-) -> sqlx::Result<Vec<(OrderRow, Transition)>> {
+) -> sqlx::Result<Expired> {
     let rows = super::queries::expire_due(conn, only.map(|(order, _)| order), limit).await?;
     // A new trace per order without a request: each order's saga is followed on its own.
     let trace = |_: &OrderRow| only.map_or_else(TraceContext::new_root, |(_, t)| t.clone());
     let releases = rows.iter().map(|row| (OrderId(row.order_id), trace(row)));
-    settle::request_releases(conn, releases).await?;
-    Ok(rows
+    let events = settle::request_releases(conn, releases).await?;
+    let orders = rows
         .into_iter()
         .map(|row| {
             let transition =
                 Transition::from_row(&row, OrderStatus::AwaitingPayment, OrderStatus::Expired);
             (row, transition)
         })
-        .collect())
+        .collect();
+    Ok(Expired { orders, events })
+}
+
+/// What [`expire`] did: each expired order with the transition to record, and the release
+/// requests to hand to the relay, once the caller committed.
+#[derive(Debug)]
+pub struct Expired {
+    pub orders: Vec<(OrderRow, Transition)>,
+    pub events: Vec<NewOutboxRow>,
 }

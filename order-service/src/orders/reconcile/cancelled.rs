@@ -73,6 +73,7 @@ async fn send_again(db: &PgPool, orders: &[OrderId]) -> sqlx::Result<()> {
         tracing::info!(%order_id, "stock may still be held for a cancelled or expired order; sending its cancellation again");
         true
     });
+    // Left to the relay's sweep (the round wakes it): a copy sent again is in no hurry.
     settle::request_releases(
         &mut tx,
         again.map(|order| (order, TraceContext::new_root())),

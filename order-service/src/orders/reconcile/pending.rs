@@ -56,7 +56,7 @@ pub(super) async fn reconcile(
         let mut tx = db.begin().await?;
         let settled = settle::settle_all(&mut tx, &learned, settings.payment_window).await?;
         let again = republications(&mut tx, &unseen).await?;
-        platform::messaging::outbox::enqueue_all(&mut tx, again).await?;
+        platform::messaging::outbox::enqueue_all(&mut tx, &again).await?;
         tx.commit().await?;
         settled
             .transitions

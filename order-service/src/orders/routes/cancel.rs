@@ -43,8 +43,8 @@ pub async fn cancel(
     let outcome = crate::orders::settle::cancel(&mut tx, order_id, caller.0, &trace).await?;
     tx.commit().await?;
     match outcome {
-        Cancelled::Now(row, transition) => {
-            state.outbox.wake();
+        Cancelled::Now(row, transition, events) => {
+            state.outbox.committed(events);
             transition.record();
             Ok(Json(row.into()))
         }

@@ -1,6 +1,7 @@
-//! Settling a batch of what inventory said in one transaction: the orders locked in one
-//! statement, each event judged in arrival order against what the earlier ones left, then
-//! the status changes, releases, message ids and outbox rows written in one statement each.
+//! Settling a batch of what inventory said in two statements: the orders and the message ids
+//! read in one, each event judged in arrival order against what the earlier ones left, then
+//! the status changes, releases, message ids and outbox rows written in one, guarded by what
+//! the judgement relied on.
 //! It is the one path for these writes: the consumer's events and what reconciliation learns
 //! by asking inventory (events that came in no message) both go through [`settle_all`].
 //!
@@ -16,7 +17,7 @@ use chrono::{DateTime, Utc};
 use platform::messaging::consumer::Handled;
 use platform::messaging::outbox::NewOutboxRow;
 use platform::telemetry::TraceContext;
-use shared::events::{Envelope, OrderCancelled, OrderEvent, RejectionReason};
+use shared::events::{Envelope, OrderCancelled, OrderEvent};
 use shared::ids::OrderId;
 use shared::keys;
 use sqlx::PgConnection;
@@ -25,6 +26,7 @@ use uuid::Uuid;
 use super::{Transition, Verdict, target};
 use crate::orders::OrderStatus;
 use crate::orders::payment::PaymentWindow;
+use crate::orders::queries::SettlementWrite;
 
 /// What an event asks of its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,17 +72,20 @@ impl Incoming {
     }
 }
 
-/// What a batch did: one [`Handled`] per event, and the transitions to count after commit.
+/// What a batch did: one [`Handled`] per event, and the transitions to count and the outbox
+/// rows to hand to the relay after commit.
 #[derive(Debug)]
 pub struct Settled {
     pub handled: Vec<Handled>,
     pub transitions: Vec<Transition>,
+    pub events: Vec<NewOutboxRow>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SettleError {
-    /// Another consumer recorded one of the message ids meanwhile: roll back, try again.
-    #[error("a message of the batch was recorded by another consumer meanwhile")]
+    /// An order left `PENDING` or another consumer recorded one of the message ids since the
+    /// batch read them: nothing was written; judge the batch again.
+    #[error("an order or a message of the batch changed since the batch read it")]
     Raced,
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -93,8 +98,12 @@ struct Order {
     created_at: DateTime<Utc>,
 }
 
-/// Settles `incoming` inside the caller's transaction, a reservation by the payment `window`
-/// in force now; the caller commits.
+/// Settles `incoming`, a reservation by the payment `window` in force now, in two
+/// statements: one reads the orders and the message ids recorded before, the other writes
+/// what the batch decided and commits it on its own (or inside the caller's transaction,
+/// when there is one). Nothing is locked in between: if an order left `PENDING` or another
+/// consumer recorded one of the ids meanwhile, the write undoes itself and this returns
+/// [`SettleError::Raced`], for the caller to judge the batch again.
 pub async fn settle_all(
     conn: &mut PgConnection,
     incoming: &[Incoming],
@@ -103,10 +112,13 @@ pub async fn settle_all(
     let mut order_ids: Vec<Uuid> = incoming.iter().map(|i| i.effect.order_id().0).collect();
     order_ids.sort_unstable();
     order_ids.dedup();
-    // Locked before looking at message ids: a redelivery of the same event to another
-    // consumer waits here, then finds the id recorded.
+    let ids: Vec<Uuid> = incoming
+        .iter()
+        .filter_map(|i| i.message.as_ref().map(|m| m.id))
+        .collect();
+    let (rows, seen) = crate::orders::queries::read_for_settlement(conn, &order_ids, &ids).await?;
     let mut orders = HashMap::new();
-    for row in crate::orders::queries::lock_for_settlement(conn, &order_ids).await? {
+    for row in rows {
         let order = Order {
             status: row.status,
             released: row.released,
@@ -114,19 +126,10 @@ pub async fn settle_all(
         };
         orders.insert(row.order_id, order);
     }
-    let ids: Vec<Uuid> = incoming
-        .iter()
-        .filter_map(|i| i.message.as_ref().map(|m| m.id))
-        .collect();
-    let mut seen: HashSet<Uuid> = platform::messaging::processed::recorded_among(conn, &ids)
-        .await?
-        .into_iter()
-        .collect();
+    let mut seen: HashSet<Uuid> = seen.into_iter().collect();
 
     let mut handled = Vec::with_capacity(incoming.len());
-    let mut recorded = Vec::new();
-    let mut settled: Vec<(Uuid, OrderStatus, Option<RejectionReason>)> = Vec::new();
-    let mut released = Vec::new();
+    let mut write = SettlementWrite::default();
     let mut outbox = Vec::new();
     let mut transitions = Vec::new();
     for event in incoming {
@@ -135,7 +138,7 @@ pub async fn settle_all(
                 handled.push(Handled::Duplicate);
                 continue;
             }
-            recorded.push((message.id, message.kind.as_str()));
+            write.recorded.push((message.id, message.kind.as_str()));
         }
         handled.push(Handled::Applied);
         let order_id = event.effect.order_id();
@@ -147,7 +150,7 @@ pub async fn settle_all(
             Effect::Verdict(_, verdict) if order.status == OrderStatus::Pending => {
                 let (to, reason) = target(verdict, window);
                 order.status = to;
-                settled.push((order_id.0, to, reason));
+                write.settled.push((order_id.0, to, reason));
                 transitions.push(Transition::left_pending(to, order.created_at));
             }
             Effect::Verdict(_, Verdict::Reserved) if order.status.gave_back() => {
@@ -160,25 +163,30 @@ pub async fn settle_all(
             Effect::Released(_) => {
                 if order.status.gave_back() && !order.released {
                     order.released = true;
-                    released.push(order_id.0);
+                    write.released.push(order_id.0);
                 }
             }
         }
     }
 
-    let moved = crate::orders::queries::settle_pending_all(conn, &settled, window).await?;
-    if moved != settled.len() as u64 {
-        // The rows are locked: only a concurrent change this code does not know could do it.
-        return Err(SettleError::Raced);
+    let nothing = write.settled.is_empty()
+        && write.released.is_empty()
+        && write.recorded.is_empty()
+        && outbox.is_empty();
+    if !nothing {
+        write.outbox = &outbox;
+        match crate::orders::queries::write_settlement(conn, &write, window).await {
+            Ok(()) => {}
+            Err(error) if platform::messaging::consumer::is_database_contention(&error) => {
+                return Err(SettleError::Raced);
+            }
+            Err(error) => return Err(error.into()),
+        }
     }
-    crate::orders::queries::record_released_all(conn, &released).await?;
-    if platform::messaging::processed::record_all(conn, &recorded).await? != recorded.len() as u64 {
-        return Err(SettleError::Raced);
-    }
-    platform::messaging::outbox::enqueue_all(conn, outbox).await?;
     Ok(Settled {
         handled,
         transitions,
+        events: outbox,
     })
 }
 

@@ -1,6 +1,6 @@
-//! Consumes `inventory.*` events in batches: a batch is settled in one transaction
-//! ([`settle::settle_all`]) and committed once, whatever its size (a batch of one takes the
-//! same path).
+//! Consumes `inventory.*` events in batches: a batch is settled by one read and one write
+//! that commits on its own ([`settle::settle_all`]), whatever its size (a batch of one takes
+//! the same path).
 //!
 //! A message that cannot be parsed is poison on its own. A batch that fails as a whole is
 //! settled again one message at a time by the consumer loop ([`platform::messaging::consumer::handle`]).
@@ -52,21 +52,22 @@ impl Handler for InventoryEvents {
 }
 
 impl InventoryEvents {
-    /// Settles `incoming` in one transaction: one outcome per event, or the error of all.
+    /// Settles `incoming` with one read and one write that commits on its own: one outcome
+    /// per event, or the error of all.
     async fn settle(&self, incoming: &[Incoming]) -> Result<Vec<Outcome>, ConsumeError> {
         if incoming.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.db.begin().await?;
-        let settled = match settle::settle_all(&mut tx, incoming, self.window).await {
+        let mut conn = self.db.acquire().await?;
+        let settled = match settle::settle_all(&mut conn, incoming, self.window).await {
             Ok(settled) => settled,
             Err(SettleError::Raced) => {
                 return Err(ConsumeError::Contention(SettleError::Raced.to_string()));
             }
             Err(SettleError::Database(error)) => return Err(error.into()),
         };
-        tx.commit().await?;
-        self.outbox.wake();
+        drop(conn);
+        self.outbox.committed(settled.events);
         settled
             .transitions
             .into_iter()

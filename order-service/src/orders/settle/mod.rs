@@ -3,6 +3,7 @@
 //! the caller's transaction.
 
 use chrono::Utc;
+use platform::messaging::outbox::NewOutboxRow;
 use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
 use shared::ids::{OrderId, UserId};
@@ -75,8 +76,9 @@ fn target(verdict: Verdict, window: PaymentWindow) -> (OrderStatus, Option<Rejec
 #[derive(Debug)]
 pub enum Cancelled {
     /// Its stock is being given back: cancelled now, or expired now when its payment window
-    /// had closed (docs/contract.md §3.1.1).
-    Now(OrderRow, Transition),
+    /// had closed (docs/contract.md §3.1.1); with the release request written, for the relay
+    /// once committed.
+    Now(OrderRow, Transition, Vec<NewOutboxRow>),
     /// Cancelled or expired before: returned as it is.
     Already(OrderRow),
     Rejected,
@@ -103,32 +105,32 @@ pub async fn cancel(
     }
     if from == OrderStatus::AwaitingPayment {
         // The window closed first: the clock decided, whether or not the expiry ran yet.
-        if let Some((row, transition)) = expiry::expire(conn, Some((order_id, trace)), 1)
-            .await?
-            .pop()
-        {
-            return Ok(Cancelled::Now(row, transition));
+        let mut expired = expiry::expire(conn, Some((order_id, trace)), 1).await?;
+        if let Some((row, transition)) = expired.orders.pop() {
+            return Ok(Cancelled::Now(row, transition, expired.events));
         }
     }
     if !from.can_become(OrderStatus::Cancelled) {
         return Ok(Cancelled::Rejected);
     }
     let row = crate::orders::queries::set_status(conn, order_id, OrderStatus::Cancelled).await?;
-    request_releases(conn, [(order_id, trace.clone())]).await?;
+    let events = request_releases(conn, [(order_id, trace.clone())]).await?;
     let transition = Transition::from_row(&row, from, OrderStatus::Cancelled);
-    Ok(Cancelled::Now(row, transition))
+    Ok(Cancelled::Now(row, transition, events))
 }
 
 /// Writes an `order.cancelled` ([`batch::release_request`]) for each order to the outbox in
 /// the caller's transaction, in one statement: the one way an order's stock is asked back,
-/// whether it was cancelled, expired, or its release is sent again.
+/// whether it was cancelled, expired, or its release is sent again. Returns the rows, for the
+/// relay once the caller committed.
 pub(crate) async fn request_releases(
     conn: &mut PgConnection,
     orders: impl IntoIterator<Item = (OrderId, TraceContext)>,
-) -> sqlx::Result<()> {
+) -> sqlx::Result<Vec<NewOutboxRow>> {
     let rows = orders
         .into_iter()
         .map(|(order_id, trace)| batch::release_request(order_id, &trace))
         .collect::<sqlx::Result<Vec<_>>>()?;
-    platform::messaging::outbox::enqueue_all(conn, rows).await
+    platform::messaging::outbox::enqueue_all(conn, &rows).await?;
+    Ok(rows)
 }

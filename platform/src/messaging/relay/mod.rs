@@ -1,29 +1,37 @@
 //! The outbox relay: publishes committed outbox rows to RabbitMQ.
 //!
-//! - Woken in-process by [`OutboxSignal::wake`], which the code calls right after committing
-//!   outbox rows, so an event leaves within milliseconds of its commit. A short timer also runs
-//!   it, for retries that came due and for rows other instances (or a crashed one) left.
-//!   While busy, it waits a moment after the wake-up so that the commits of the next few
-//!   milliseconds go out in the same batch ([`crate::messaging::linger`]).
+//! - **Its own process's rows, as they were written.** A writer hands the rows it has just
+//!   committed to [`OutboxSignal::committed`]; the relay publishes them from memory, without
+//!   reading them back, and marks them sent afterwards, many at once: a mark waits up to
+//!   [`RelaySettings::mark_every`] for others, so at a moderate rate one `UPDATE` marks the rows
+//!   of many commits. While busy, the relay waits a moment after a hand-off so that the
+//!   commits of the next few milliseconds go out together ([`crate::messaging::linger`]).
 //!   `LISTEN/NOTIFY` was the first design and was measured out: PostgreSQL takes one global
 //!   lock at the commit of every notifying transaction, which serialised all order commits
 //!   behind each other's WAL flush (most sampled backends waited on `Lock:object`).
-//! - Claims a batch with `FOR UPDATE SKIP LOCKED`, so several relays (one per service
-//!   instance) never publish the same row at the same time. Oldest due first, in the order of
-//!   the index of pending rows: an index scan stops at the batch size, and it marks the
-//!   entries of rows sent meanwhile as dead, so later claims skip them without a vacuum.
+//! - **A sweep for rows nobody published**: those of a process that died before publishing
+//!   them, those whose publish failed, those an operator sends again. Every
+//!   [`RelaySettings::idle_poll`] one autocommit statement asks whether any is due; only then
+//!   does a transaction claim a batch with `FOR UPDATE SKIP LOCKED`, so several relays (one per
+//!   service instance) never publish the same row at the same time. It takes a row never tried
+//!   only once it is older than [`RelaySettings::sweep_after`], long after its own relay would
+//!   have published and marked it: a row is published by the sweep and by its writer's relay
+//!   both only when that relay took longer than that, and consumers deduplicate. Oldest due
+//!   first, in the order of the index of pending rows: an index scan stops at the batch size,
+//!   and it marks the entries of rows sent meanwhile as dead, so later claims skip them
+//!   without a vacuum. [`OutboxSignal::wake`] runs the sweep at once, whatever the rows' age.
 //! - Publishes persistent, `mandatory` messages on a confirm channel and marks a row sent
 //!   only after the broker confirmed it. An unroutable (returned) or nacked message counts
-//!   as a failed attempt: retried with exponential backoff and jitter, and after
+//!   as a failed attempt: retried by the sweep with exponential backoff and jitter, and after
 //!   `max_attempts` marked `dead` for an operator (`/admin/outbox?status=dead`). After a nack
 //!   the next batch goes out on a fresh channel.
-//! - Publishing happens while the batch's rows are locked: if the process dies after the
-//!   publish but before the commit, the rows are published again — consumers deduplicate.
-//! - Commits without waiting for the WAL flush (`synchronous_commit = off` for its own
-//!   transaction only): a "sent" mark lost in a crash means a second publish, which the
-//!   consumers' deduplication already absorbs, while waiting for the flush would stall every
-//!   batch behind the disk.
-//! - Checks for shutdown between batches, never in the middle of one.
+//! - A row published but not yet marked (the process died, the mark failed) is published
+//!   again by a sweep: consumers deduplicate.
+//! - The sweep commits without waiting for the WAL flush (`synchronous_commit = off` for its
+//!   own transaction only): a "sent" mark lost in a crash means a second publish, which the
+//!   consumers' deduplication already absorbs.
+//! - Checks for shutdown between batches, never in the middle of one; marks what it published
+//!   before it returns.
 
 use std::time::Duration;
 
@@ -38,7 +46,7 @@ use uuid::Uuid;
 use crate::messaging::broker::Broker;
 use crate::messaging::confirms;
 use crate::messaging::linger::Linger;
-use crate::messaging::outbox::OutboxSignal;
+use crate::messaging::outbox::{NewOutboxRow, OutboxSignal};
 mod publish;
 
 use publish::{properties, publish_span, record_failure};
@@ -80,11 +88,17 @@ pub struct RelaySettings {
     /// First retry delay; doubles per attempt, with jitter, up to `max_backoff`.
     pub base_backoff: Duration,
     pub max_backoff: Duration,
-    /// Longest wait between runs when no wake-up arrives.
+    /// How often the sweep looks for rows nobody published, when nothing wakes it.
     pub idle_poll: Duration,
+    /// `OUTBOX_SWEEP_AFTER_MS` (5000): the age from which the sweep takes a row never tried.
+    /// Younger ones are their writer's relay's; a hand-off older than half of it is left to
+    /// the sweep, so the two rarely both publish a row.
+    pub sweep_after: Duration,
+    /// How long a published row may wait for its "sent" mark, so one statement marks many.
+    pub mark_every: Duration,
     /// How long a publish may wait for the broker's confirm.
     pub confirm_timeout: Duration,
-    /// How long a busy relay, woken by a commit, waits for more rows before claiming.
+    /// How long a busy relay, woken by a commit, waits for more rows before publishing.
     pub linger: Linger,
 }
 
@@ -95,22 +109,37 @@ impl Default for RelaySettings {
             max_attempts: 10,
             base_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(60),
-            idle_poll: Duration::from_millis(250),
+            idle_poll: Duration::from_secs(1),
+            sweep_after: Duration::from_secs(5),
+            mark_every: Duration::from_millis(250),
             confirm_timeout: Duration::from_secs(10),
             linger: Linger::default(),
         }
     }
 }
 
+/// A row to publish, handed over or claimed.
 #[derive(Debug)]
 struct OutboxRow {
-    id: i64,
     event_id: Uuid,
     exchange: String,
     routing_key: String,
     payload: serde_json::Value,
     headers: serde_json::Value,
     attempts: i32,
+}
+
+impl From<NewOutboxRow> for OutboxRow {
+    fn from(row: NewOutboxRow) -> Self {
+        Self {
+            event_id: row.event_id,
+            exchange: row.exchange,
+            routing_key: row.routing_key.to_owned(),
+            payload: row.payload,
+            headers: row.headers,
+            attempts: 0,
+        }
+    }
 }
 
 /// Runs until `shutdown`.
@@ -122,7 +151,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut channel: Option<Channel> = None;
-    let mut previous_start;
+    let mut marks = Marks::default();
+    // The first sweep runs at start: rows an earlier run of this process left.
+    let mut next_sweep = Instant::now();
     while !shutdown.is_cancelled() {
         if channel.as_ref().is_none_or(|c| !c.status().connected()) {
             channel = match confirm_channel(&broker, &shutdown).await {
@@ -133,11 +164,36 @@ pub async fn run(
         let Some(publisher) = channel.as_ref() else {
             continue;
         };
-        previous_start = Instant::now();
-        match relay_batch(&db, publisher, &settings).await {
+        let started = Instant::now();
+        let handoff = signal.take();
+        let round = async {
+            let own = fresh(handoff.rows, started, settings.sweep_after / 2);
+            if !own.is_empty() {
+                publish_own(&db, publisher, own, &settings, &mut marks).await?;
+            }
+            if marks.due(Instant::now(), &settings) {
+                marks.flush(&db).await?;
+            }
+            let mut full = false;
+            if handoff.look || started >= next_sweep {
+                next_sweep = started + settings.idle_poll;
+                let min_age = if handoff.look {
+                    Duration::ZERO
+                } else {
+                    settings.sweep_after
+                };
+                full =
+                    sweep(&db, publisher, &settings, min_age).await? as i64 >= settings.batch_size;
+            }
+            anyhow::Ok(full)
+        };
+        match round.await {
             // A full batch: more may be waiting, go again at once.
-            Ok(n) if n as i64 >= settings.batch_size => continue,
-            Ok(_) => {}
+            Ok(true) => {
+                next_sweep = Instant::now();
+                continue;
+            }
+            Ok(false) => {}
             Err(error) => {
                 tracing::warn!(error = format!("{error:#}"), "outbox relay batch failed");
                 channel = None;
@@ -148,18 +204,22 @@ pub async fn run(
                 continue;
             }
         }
+        let wake_at = marks
+            .deadline(&settings)
+            .map_or(next_sweep, |m| m.min(next_sweep));
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = signal.woken() => {}
-            () = tokio::time::sleep(settings.idle_poll) => {}
+            () = tokio::time::sleep_until(wake_at) => {}
         }
-        let pause = settings
-            .linger
-            .before_batch(Some(previous_start), Instant::now());
+        let pause = settings.linger.before_batch(Some(started), Instant::now());
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(pause) => {}
         }
+    }
+    if let Err(error) = marks.flush(&db).await {
+        tracing::warn!(%error, "could not mark the last published rows sent; a sweep sends them again");
     }
 }
 
@@ -186,12 +246,113 @@ async fn confirm_channel(broker: &Broker, shutdown: &CancellationToken) -> Optio
     }
 }
 
-/// Claims, publishes and settles one batch; returns how many rows it handled.
-async fn relay_batch(
+/// The handed-over rows still this relay's to publish: those handed over less than
+/// `max_age` ago. Older ones (the relay was held up: a broker away, a slow confirm) are left
+/// to the sweep, which would soon take them too.
+fn fresh(rows: Vec<(Instant, NewOutboxRow)>, now: Instant, max_age: Duration) -> Vec<OutboxRow> {
+    rows.into_iter()
+        .filter(|(handed, _)| now.saturating_duration_since(*handed) < max_age)
+        .map(|(_, row)| row.into())
+        .collect()
+}
+
+/// Confirmed rows of this process not yet marked sent, and since when the oldest waits.
+#[derive(Debug, Default)]
+struct Marks {
+    ids: Vec<Uuid>,
+    since: Option<Instant>,
+}
+
+impl Marks {
+    fn add(&mut self, ids: impl IntoIterator<Item = Uuid>) {
+        let before = self.ids.len();
+        self.ids.extend(ids);
+        if before == 0 && !self.ids.is_empty() {
+            self.since = Some(Instant::now());
+        }
+    }
+
+    fn deadline(&self, settings: &RelaySettings) -> Option<Instant> {
+        self.since.map(|since| since + settings.mark_every)
+    }
+
+    fn due(&self, now: Instant, settings: &RelaySettings) -> bool {
+        self.ids.len() as i64 >= settings.batch_size
+            || self.deadline(settings).is_some_and(|at| at <= now)
+    }
+
+    /// Marks every row sent in one autocommit statement; kept for the next try if it fails.
+    async fn flush(&mut self, db: &PgPool) -> sqlx::Result<()> {
+        if self.ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query!(
+            "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now()
+             WHERE event_id = ANY($1) AND status = 'pending'",
+            &self.ids,
+        )
+        .execute(db)
+        .await?;
+        self.ids.clear();
+        self.since = None;
+        Ok(())
+    }
+}
+
+/// Publishes rows this process committed; the confirmed ones wait in `marks`, a failed one's
+/// attempt is recorded at once (the sweep retries it when due).
+async fn publish_own(
+    db: &PgPool,
+    channel: &Channel,
+    rows: Vec<OutboxRow>,
+    settings: &RelaySettings,
+    marks: &mut Marks,
+) -> anyhow::Result<()> {
+    let published = publish_all(channel, &rows, settings).await;
+    let mut conn = None;
+    for (row, outcome) in rows.iter().zip(&published.outcomes) {
+        match outcome {
+            Ok(()) => marks.add([row.event_id]),
+            Err(error) => {
+                if conn.is_none() {
+                    conn = Some(db.acquire().await.context("recording a failed publish")?);
+                }
+                if let Some(conn) = conn.as_mut() {
+                    record_failure(conn, row, error, settings).await?;
+                }
+            }
+        }
+    }
+    metrics::counter!(OUTBOX_PUBLISHED_TOTAL)
+        .increment(published.outcomes.iter().filter(|o| o.is_ok()).count() as u64);
+    if published.channel_broken {
+        anyhow::bail!("the publishing channel failed");
+    }
+    Ok(())
+}
+
+/// Claims, publishes and settles one batch of rows nobody published: those due, tried before
+/// or at least `min_age` old. Returns how many rows it handled.
+async fn sweep(
     db: &PgPool,
     channel: &Channel,
     settings: &RelaySettings,
+    min_age: Duration,
 ) -> anyhow::Result<usize> {
+    let min_age = min_age.as_secs_f64();
+    // One autocommit statement while there is nothing to sweep, the usual case.
+    let any = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM outbox
+            WHERE status = 'pending' AND next_attempt_at <= now()
+              AND (attempts > 0 OR created_at <= now() - make_interval(secs => $1))) AS "any!""#,
+        min_age,
+    )
+    .fetch_one(db)
+    .await
+    .context("looking for outbox rows to sweep")?;
+    if !any {
+        return Ok(0);
+    }
     // Marking rows sent need not wait for its WAL flush: a mark lost in a crash only
     // publishes the rows again, which consumers deduplicate. The relay's next batch (and
     // every other commit waiting on the same flush) goes on without it. Sent with the
@@ -201,10 +362,12 @@ async fn relay_batch(
         .context("beginning the relay transaction")?;
     let rows = sqlx::query_as!(
         OutboxRow,
-        "SELECT id, event_id, exchange, routing_key, payload, headers, attempts FROM outbox
+        "SELECT event_id, exchange, routing_key, payload, headers, attempts FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= now()
+           AND (attempts > 0 OR created_at <= now() - make_interval(secs => $2))
          ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
         settings.batch_size,
+        min_age,
     )
     .fetch_all(&mut *tx)
     .await
@@ -213,11 +376,44 @@ async fn relay_batch(
         tx.commit().await?;
         return Ok(0);
     }
+    let published = publish_all(channel, &rows, settings).await;
+    let mut sent = Vec::with_capacity(rows.len());
+    for (row, outcome) in rows.iter().zip(&published.outcomes) {
+        match outcome {
+            Ok(()) => sent.push(row.event_id),
+            Err(error) => record_failure(&mut tx, row, error, settings).await?,
+        }
+    }
+    sqlx::query!(
+        "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now()
+         WHERE event_id = ANY($1)",
+        &sent,
+    )
+    .execute(&mut *tx)
+    .await
+    .context("marking outbox rows sent")?;
+    tx.commit()
+        .await
+        .context("committing the relay transaction")?;
+    metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(sent.len() as u64);
+    if published.channel_broken {
+        anyhow::bail!("the publishing channel failed");
+    }
+    Ok(rows.len())
+}
 
-    // Send the whole batch, then collect the confirms: one round trip for many messages.
+/// What the broker said of each row of a batch.
+struct Published {
+    outcomes: Vec<Result<(), String>>,
+    channel_broken: bool,
+}
+
+/// Sends the whole batch, then collects the confirms: one round trip for many messages. A
+/// failed publish is counted (and its span marked) here; recording it is the caller's.
+async fn publish_all(channel: &Channel, rows: &[OutboxRow], settings: &RelaySettings) -> Published {
     let mut pending = Vec::with_capacity(rows.len());
     let mut spans = Vec::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows {
         // A JSON value's text is its serialisation, which cannot fail.
         let body = row.payload.to_string().into_bytes();
         let (span, headers) = publish_span(row);
@@ -236,33 +432,22 @@ async fn relay_batch(
             .await;
         pending.push(publish);
     }
-    let mut sent = Vec::with_capacity(rows.len());
     let mut channel_broken = false;
-    let confirmed = confirms::collect(pending, settings.confirm_timeout).await;
-    for ((row, confirmed), span) in rows.iter().zip(confirmed).zip(&spans) {
-        channel_broken |= confirmed.channel_broken;
-        match confirmed.outcome {
-            Ok(()) => sent.push(row.id),
-            Err(error) => {
-                span.record("otel.status_code", "ERROR");
-                metrics::counter!(OUTBOX_PUBLISH_FAILURES_TOTAL).increment(1);
-                record_failure(&mut tx, row, &error, settings).await?;
-            }
-        }
-    }
-    sqlx::query!(
-        "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now() WHERE id = ANY($1)",
-        &sent,
-    )
-    .execute(&mut *tx)
-    .await
-    .context("marking outbox rows sent")?;
-    tx.commit()
+    let mut outcomes = Vec::with_capacity(rows.len());
+    for (confirmed, span) in confirms::collect(pending, settings.confirm_timeout)
         .await
-        .context("committing the relay transaction")?;
-    metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(sent.len() as u64);
-    if channel_broken {
-        anyhow::bail!("the publishing channel failed");
+        .into_iter()
+        .zip(&spans)
+    {
+        channel_broken |= confirmed.channel_broken;
+        if confirmed.outcome.is_err() {
+            span.record("otel.status_code", "ERROR");
+            metrics::counter!(OUTBOX_PUBLISH_FAILURES_TOTAL).increment(1);
+        }
+        outcomes.push(confirmed.outcome);
     }
-    Ok(rows.len())
+    Published {
+        outcomes,
+        channel_broken,
+    }
 }

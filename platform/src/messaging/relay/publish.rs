@@ -76,8 +76,8 @@ pub(super) async fn record_failure(
         "UPDATE outbox SET attempts = $2, last_error = $3, updated_at = now(),
                 next_attempt_at = now() + make_interval(secs => $4),
                 status = CASE WHEN $5 THEN 'dead' ELSE 'pending' END
-         WHERE id = $1",
-        row.id,
+         WHERE event_id = $1",
+        row.event_id,
         attempts,
         error,
         delay.as_secs_f64(),
