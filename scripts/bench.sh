@@ -120,7 +120,9 @@ if [ "$mode" != pgbench ]; then
     local name="$1"
     shift
     log "k6 $name $*"
-    if ! env SUMMARY_FILE="$RUN_DIR/$name.json" "$@" k6 run -q "k6/$name.js"; then
+    # k6's own HTML report of the run (its web dashboard, exported at the end; no port opened).
+    if ! env SUMMARY_FILE="$RUN_DIR/$name.json" K6_WEB_DASHBOARD=true K6_WEB_DASHBOARD_PORT=-1 \
+      K6_WEB_DASHBOARD_EXPORT="$RUN_DIR/$name.html" "$@" k6 run -q "k6/$name.js"; then
       echo "k6 $name: thresholds failed or the run broke (see above)" >&2
       k6_failures=$((k6_failures + 1))
     fi

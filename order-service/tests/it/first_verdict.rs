@@ -180,9 +180,13 @@ async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge
 
     // Judged again, the verdict finds the order cancelled: recorded, and the stock asked back.
     let mut conn = db.pool.acquire().await.expect("a connection");
-    let again = settle::settle_all(&mut conn, &[reserved.clone()], PaymentWindow::OFF)
-        .await
-        .expect("settles");
+    let again = settle::settle_all(
+        &mut conn,
+        std::slice::from_ref(&reserved),
+        PaymentWindow::OFF,
+    )
+    .await
+    .expect("settles");
     assert_eq!(again.handled, [Handled::Applied]);
     assert_eq!(again.events.len(), 1, "a release request");
     assert_eq!(status(&db.pool, order_id).await, "CANCELLED");
