@@ -236,7 +236,9 @@ pub async fn write_batch(conn: &mut PgConnection, write: &BatchWrite<'_>) -> sql
                RETURNING 1
            ), recorded AS (
                INSERT INTO processed_messages (message_id, kind)
-               SELECT * FROM unnest($13::uuid[], $14::text[]) ON CONFLICT DO NOTHING
+               SELECT * FROM unnest($13::uuid[], $14::text[]) AS m (message_id, kind)
+                ORDER BY message_id
+                   ON CONFLICT DO NOTHING
                RETURNING 1
            ), queued AS (
                INSERT INTO outbox (event_id, exchange, routing_key, payload, headers)

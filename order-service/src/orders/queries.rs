@@ -207,22 +207,31 @@ pub async fn write_settlement(
     let outbox = OutboxColumns::of(write.outbox);
     // The CTEs touch disjoint rows (`moved` only PENDING orders, `released` only cancelled or
     // expired ones); the final SELECT counts what each did and raises when a guard fell short.
+    // The orders are locked in ascending id before either update touches one (`ordered`,
+    // whose count both updates need first), and the message ids inserted in ascending order:
+    // two batches sharing orders or ids never wait on each other in a cycle.
     sqlx::query_scalar!(
-        r#"WITH moved AS (
+        r#"WITH ordered AS MATERIALIZED (
+               SELECT order_id FROM orders WHERE order_id = ANY($1) OR order_id = ANY($5)
+                ORDER BY order_id FOR UPDATE
+           ), moved AS (
                UPDATE orders AS o
                   SET status = v.status, rejection_reason = v.reason, updated_at = now(),
                       payment_due_at = CASE WHEN v.status = 'AWAITING_PAYMENT'
                                             THEN now() + make_interval(secs => $4) END
                  FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v (order_id, status, reason)
                 WHERE o.order_id = v.order_id AND o.status = 'PENDING'
+                  AND (SELECT count(*) FROM ordered) > 0
                RETURNING 1
            ), released AS (
                UPDATE orders SET released_at = now()
                 WHERE order_id = ANY($5) AND status IN ('CANCELLED', 'EXPIRED')
-                  AND released_at IS NULL
+                  AND released_at IS NULL AND (SELECT count(*) FROM ordered) > 0
            ), recorded AS (
                INSERT INTO processed_messages (message_id, kind)
-               SELECT * FROM unnest($6::uuid[], $7::text[]) ON CONFLICT DO NOTHING
+               SELECT * FROM unnest($6::uuid[], $7::text[]) AS m (message_id, kind)
+                ORDER BY message_id
+                   ON CONFLICT DO NOTHING
                RETURNING 1
            ), queued AS (
                INSERT INTO outbox (event_id, exchange, routing_key, payload, headers)

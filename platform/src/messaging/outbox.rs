@@ -54,7 +54,8 @@ impl OutboxSignal {
         }
     }
 
-    /// Asks the relay to look in the table now, whatever the age of the rows it finds.
+    /// Asks the relay to run its sweep now (rows tried before, or old enough; see
+    /// [`crate::messaging::relay`]).
     pub fn wake(&self) {
         self.0.handed.lock().unwrap_or_else(|e| e.into_inner()).look = true;
         self.0.notify.notify_one();

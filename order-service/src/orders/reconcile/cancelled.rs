@@ -73,7 +73,8 @@ async fn send_again(db: &PgPool, orders: &[OrderId]) -> sqlx::Result<()> {
         tracing::info!(%order_id, "stock may still be held for a cancelled or expired order; sending its cancellation again");
         true
     });
-    // Left to the relay's sweep (the round wakes it): a copy sent again is in no hurry.
+    // Not handed over: the sweep sends it once it is `OUTBOX_SWEEP_AFTER_MS` old (a copy sent
+    // again is in no hurry).
     settle::request_releases(
         &mut tx,
         again.map(|order| (order, TraceContext::new_root())),

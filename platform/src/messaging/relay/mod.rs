@@ -19,7 +19,7 @@
 //!   both only when that relay took longer than that, and consumers deduplicate. Oldest due
 //!   first, in the order of the index of pending rows: an index scan stops at the batch size,
 //!   and it marks the entries of rows sent meanwhile as dead, so later claims skip them
-//!   without a vacuum. [`OutboxSignal::wake`] runs the sweep at once, whatever the rows' age.
+//!   without a vacuum. [`OutboxSignal::wake`] runs the sweep at once (same rules).
 //! - Publishes persistent, `mandatory` messages on a confirm channel and marks a row sent
 //!   only after the broker confirmed it. An unroutable (returned) or nacked message counts
 //!   as a failed attempt: retried by the sweep with exponential backoff and jitter, and after
@@ -92,7 +92,8 @@ pub struct RelaySettings {
     pub idle_poll: Duration,
     /// `OUTBOX_SWEEP_AFTER_MS` (5000): the age from which the sweep takes a row never tried.
     /// Younger ones are their writer's relay's; a hand-off older than half of it is left to
-    /// the sweep, so the two rarely both publish a row.
+    /// the sweep, so both publish a row only when its relay took longer than that to publish
+    /// and mark it.
     pub sweep_after: Duration,
     /// How long a published row may wait for its "sent" mark, so one statement marks many.
     pub mark_every: Duration,
@@ -168,22 +169,16 @@ pub async fn run(
         let handoff = signal.take();
         let round = async {
             let own = fresh(handoff.rows, started, settings.sweep_after / 2);
-            if !own.is_empty() {
-                publish_own(&db, publisher, own, &settings, &mut marks).await?;
-            }
+            publish_own(&db, publisher, own, &settings, &mut marks).await?;
             if marks.due(Instant::now(), &settings) {
                 marks.flush(&db).await?;
             }
             let mut full = false;
             if handoff.look || started >= next_sweep {
                 next_sweep = started + settings.idle_poll;
-                let min_age = if handoff.look {
-                    Duration::ZERO
-                } else {
-                    settings.sweep_after
-                };
-                full =
-                    sweep(&db, publisher, &settings, min_age).await? as i64 >= settings.batch_size;
+                // Woken or not, a row never tried is the sweep's only once it is old enough:
+                // younger ones may be in a relay's hands, published and not yet marked.
+                full = sweep(&db, publisher, &settings).await? as i64 >= settings.batch_size;
             }
             anyhow::Ok(full)
         };
@@ -216,6 +211,17 @@ pub async fn run(
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(pause) => {}
+        }
+    }
+    // What was handed over meanwhile (the intake's last batches, the last cancels) goes out
+    // now rather than waiting for a sweep: once, within one confirm timeout.
+    if let Some(publisher) = channel.as_ref().filter(|c| c.status().connected()) {
+        let own = fresh(signal.take().rows, Instant::now(), settings.sweep_after / 2);
+        if let Err(error) = publish_own(&db, publisher, own, &settings, &mut marks).await {
+            tracing::warn!(
+                error = format!("{error:#}"),
+                "could not publish the last handed-over rows; a sweep sends them"
+            );
         }
     }
     if let Err(error) = marks.flush(&db).await {
@@ -299,8 +305,8 @@ impl Marks {
     }
 }
 
-/// Publishes rows this process committed; the confirmed ones wait in `marks`, a failed one's
-/// attempt is recorded at once (the sweep retries it when due).
+/// Publishes rows this process committed, `batch_size` at a time; the confirmed ones wait in
+/// `marks`, a failed one's attempt is recorded at once (the sweep retries it when due).
 async fn publish_own(
     db: &PgPool,
     channel: &Channel,
@@ -308,7 +314,24 @@ async fn publish_own(
     settings: &RelaySettings,
     marks: &mut Marks,
 ) -> anyhow::Result<()> {
-    let published = publish_all(channel, &rows, settings).await;
+    let size = usize::try_from(settings.batch_size).unwrap_or(1).max(1);
+    for chunk in rows.chunks(size) {
+        publish_own_batch(db, channel, chunk, settings, marks).await?;
+        if marks.due(Instant::now(), settings) {
+            marks.flush(db).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn publish_own_batch(
+    db: &PgPool,
+    channel: &Channel,
+    rows: &[OutboxRow],
+    settings: &RelaySettings,
+    marks: &mut Marks,
+) -> anyhow::Result<()> {
+    let published = publish_all(channel, rows, settings).await;
     let mut conn = None;
     for (row, outcome) in rows.iter().zip(&published.outcomes) {
         match outcome {
@@ -332,14 +355,9 @@ async fn publish_own(
 }
 
 /// Claims, publishes and settles one batch of rows nobody published: those due, tried before
-/// or at least `min_age` old. Returns how many rows it handled.
-async fn sweep(
-    db: &PgPool,
-    channel: &Channel,
-    settings: &RelaySettings,
-    min_age: Duration,
-) -> anyhow::Result<usize> {
-    let min_age = min_age.as_secs_f64();
+/// or at least [`RelaySettings::sweep_after`] old. Returns how many rows it handled.
+async fn sweep(db: &PgPool, channel: &Channel, settings: &RelaySettings) -> anyhow::Result<usize> {
+    let min_age = settings.sweep_after.as_secs_f64();
     // One autocommit statement while there is nothing to sweep, the usual case.
     let any = sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM outbox

@@ -76,7 +76,7 @@ pub(super) async fn record_failure(
         "UPDATE outbox SET attempts = $2, last_error = $3, updated_at = now(),
                 next_attempt_at = now() + make_interval(secs => $4),
                 status = CASE WHEN $5 THEN 'dead' ELSE 'pending' END
-         WHERE event_id = $1",
+         WHERE event_id = $1 AND status = 'pending'",
         row.event_id,
         attempts,
         error,
