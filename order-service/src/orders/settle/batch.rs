@@ -23,10 +23,10 @@ use shared::keys;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::queries::{self, SettlementWrite};
 use super::{Transition, Verdict, target};
 use crate::orders::OrderStatus;
 use crate::orders::payment::PaymentWindow;
-use crate::orders::queries::SettlementWrite;
 
 /// What an event asks of its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +116,7 @@ pub async fn settle_all(
         .iter()
         .filter_map(|i| i.message.as_ref().map(|m| m.id))
         .collect();
-    let (rows, seen) = crate::orders::queries::read_for_settlement(conn, &order_ids, &ids).await?;
+    let (rows, seen) = queries::read_for_settlement(conn, &order_ids, &ids).await?;
     let mut orders = HashMap::new();
     for row in rows {
         let order = Order {
@@ -175,7 +175,7 @@ pub async fn settle_all(
         && outbox.is_empty();
     if !nothing {
         write.outbox = &outbox;
-        match crate::orders::queries::write_settlement(conn, &write, window).await {
+        match queries::write_settlement(conn, &write, window).await {
             Ok(()) => {}
             Err(error) if platform::messaging::consumer::is_database_contention(&error) => {
                 return Err(SettleError::Raced);

@@ -11,6 +11,7 @@ use sqlx::PgConnection;
 
 mod batch;
 pub mod consumer;
+mod queries;
 
 use crate::metrics::{ORDER_END_TO_END_SECONDS, ORDER_TRANSITIONS_TOTAL};
 use crate::orders::OrderStatus;

@@ -35,21 +35,22 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use lapin::Channel;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::ConfirmSelectOptions;
 use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::messaging::broker::Broker;
-use crate::messaging::confirms;
 use crate::messaging::linger::Linger;
 use crate::messaging::outbox::{NewOutboxRow, OutboxSignal};
+mod own;
 mod publish;
+mod sweep;
 
-use publish::{properties, publish_span, record_failure};
+use own::{Marks, fresh, publish_own};
+use sweep::sweep;
 
 pub const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES_TOTAL: &str = "outbox_publish_failures_total";
@@ -249,223 +250,5 @@ async fn confirm_channel(broker: &Broker, shutdown: &CancellationToken) -> Optio
                 }
             }
         }
-    }
-}
-
-/// The handed-over rows still this relay's to publish: those handed over less than
-/// `max_age` ago. Older ones (the relay was held up: a broker away, a slow confirm) are left
-/// to the sweep, which would soon take them too.
-fn fresh(rows: Vec<(Instant, NewOutboxRow)>, now: Instant, max_age: Duration) -> Vec<OutboxRow> {
-    rows.into_iter()
-        .filter(|(handed, _)| now.saturating_duration_since(*handed) < max_age)
-        .map(|(_, row)| row.into())
-        .collect()
-}
-
-/// Confirmed rows of this process not yet marked sent, and since when the oldest waits.
-#[derive(Debug, Default)]
-struct Marks {
-    ids: Vec<Uuid>,
-    since: Option<Instant>,
-}
-
-impl Marks {
-    fn add(&mut self, ids: impl IntoIterator<Item = Uuid>) {
-        let before = self.ids.len();
-        self.ids.extend(ids);
-        if before == 0 && !self.ids.is_empty() {
-            self.since = Some(Instant::now());
-        }
-    }
-
-    fn deadline(&self, settings: &RelaySettings) -> Option<Instant> {
-        self.since.map(|since| since + settings.mark_every)
-    }
-
-    fn due(&self, now: Instant, settings: &RelaySettings) -> bool {
-        self.ids.len() as i64 >= settings.batch_size
-            || self.deadline(settings).is_some_and(|at| at <= now)
-    }
-
-    /// Marks every row sent in one autocommit statement; kept for the next try if it fails.
-    async fn flush(&mut self, db: &PgPool) -> sqlx::Result<()> {
-        if self.ids.is_empty() {
-            return Ok(());
-        }
-        sqlx::query!(
-            "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now()
-             WHERE event_id = ANY($1) AND status = 'pending'",
-            &self.ids,
-        )
-        .execute(db)
-        .await?;
-        self.ids.clear();
-        self.since = None;
-        Ok(())
-    }
-}
-
-/// Publishes rows this process committed, `batch_size` at a time; the confirmed ones wait in
-/// `marks`, a failed one's attempt is recorded at once (the sweep retries it when due).
-async fn publish_own(
-    db: &PgPool,
-    channel: &Channel,
-    rows: Vec<OutboxRow>,
-    settings: &RelaySettings,
-    marks: &mut Marks,
-) -> anyhow::Result<()> {
-    let size = usize::try_from(settings.batch_size).unwrap_or(1).max(1);
-    for chunk in rows.chunks(size) {
-        publish_own_batch(db, channel, chunk, settings, marks).await?;
-        if marks.due(Instant::now(), settings) {
-            marks.flush(db).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn publish_own_batch(
-    db: &PgPool,
-    channel: &Channel,
-    rows: &[OutboxRow],
-    settings: &RelaySettings,
-    marks: &mut Marks,
-) -> anyhow::Result<()> {
-    let published = publish_all(channel, rows, settings).await;
-    let mut conn = None;
-    for (row, outcome) in rows.iter().zip(&published.outcomes) {
-        match outcome {
-            Ok(()) => marks.add([row.event_id]),
-            Err(error) => {
-                if conn.is_none() {
-                    conn = Some(db.acquire().await.context("recording a failed publish")?);
-                }
-                if let Some(conn) = conn.as_mut() {
-                    record_failure(conn, row, error, settings).await?;
-                }
-            }
-        }
-    }
-    metrics::counter!(OUTBOX_PUBLISHED_TOTAL)
-        .increment(published.outcomes.iter().filter(|o| o.is_ok()).count() as u64);
-    if published.channel_broken {
-        anyhow::bail!("the publishing channel failed");
-    }
-    Ok(())
-}
-
-/// Claims, publishes and settles one batch of rows nobody published: those due, tried before
-/// or at least [`RelaySettings::sweep_after`] old. Returns how many rows it handled.
-async fn sweep(db: &PgPool, channel: &Channel, settings: &RelaySettings) -> anyhow::Result<usize> {
-    let min_age = settings.sweep_after.as_secs_f64();
-    // One autocommit statement while there is nothing to sweep, the usual case.
-    let any = sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM outbox
-            WHERE status = 'pending' AND next_attempt_at <= now()
-              AND (attempts > 0 OR created_at <= now() - make_interval(secs => $1))) AS "any!""#,
-        min_age,
-    )
-    .fetch_one(db)
-    .await
-    .context("looking for outbox rows to sweep")?;
-    if !any {
-        return Ok(0);
-    }
-    // Marking rows sent need not wait for its WAL flush: a mark lost in a crash only
-    // publishes the rows again, which consumers deduplicate. The relay's next batch (and
-    // every other commit waiting on the same flush) goes on without it. Sent with the
-    // `BEGIN` as one simple query: one round trip fewer per batch.
-    let mut tx = crate::raw::begin_async_commit(db)
-        .await
-        .context("beginning the relay transaction")?;
-    let rows = sqlx::query_as!(
-        OutboxRow,
-        "SELECT event_id, exchange, routing_key, payload, headers, attempts FROM outbox
-         WHERE status = 'pending' AND next_attempt_at <= now()
-           AND (attempts > 0 OR created_at <= now() - make_interval(secs => $2))
-         ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
-        settings.batch_size,
-        min_age,
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("claiming outbox rows")?;
-    if rows.is_empty() {
-        tx.commit().await?;
-        return Ok(0);
-    }
-    let published = publish_all(channel, &rows, settings).await;
-    let mut sent = Vec::with_capacity(rows.len());
-    for (row, outcome) in rows.iter().zip(&published.outcomes) {
-        match outcome {
-            Ok(()) => sent.push(row.event_id),
-            Err(error) => record_failure(&mut tx, row, error, settings).await?,
-        }
-    }
-    sqlx::query!(
-        "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now()
-         WHERE event_id = ANY($1)",
-        &sent,
-    )
-    .execute(&mut *tx)
-    .await
-    .context("marking outbox rows sent")?;
-    tx.commit()
-        .await
-        .context("committing the relay transaction")?;
-    metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(sent.len() as u64);
-    if published.channel_broken {
-        anyhow::bail!("the publishing channel failed");
-    }
-    Ok(rows.len())
-}
-
-/// What the broker said of each row of a batch.
-struct Published {
-    outcomes: Vec<Result<(), String>>,
-    channel_broken: bool,
-}
-
-/// Sends the whole batch, then collects the confirms: one round trip for many messages. A
-/// failed publish is counted (and its span marked) here; recording it is the caller's.
-async fn publish_all(channel: &Channel, rows: &[OutboxRow], settings: &RelaySettings) -> Published {
-    let mut pending = Vec::with_capacity(rows.len());
-    let mut spans = Vec::with_capacity(rows.len());
-    for row in rows {
-        // A JSON value's text is its serialisation, which cannot fail.
-        let body = row.payload.to_string().into_bytes();
-        let (span, headers) = publish_span(row);
-        spans.push(span);
-        let publish = channel
-            .basic_publish(
-                row.exchange.as_str().into(),
-                row.routing_key.as_str().into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..BasicPublishOptions::default()
-                },
-                &body,
-                properties(row, headers),
-            )
-            .await;
-        pending.push(publish);
-    }
-    let mut channel_broken = false;
-    let mut outcomes = Vec::with_capacity(rows.len());
-    for (confirmed, span) in confirms::collect(pending, settings.confirm_timeout)
-        .await
-        .into_iter()
-        .zip(&spans)
-    {
-        channel_broken |= confirmed.channel_broken;
-        if confirmed.outcome.is_err() {
-            span.record("otel.status_code", "ERROR");
-            metrics::counter!(OUTBOX_PUBLISH_FAILURES_TOTAL).increment(1);
-        }
-        outcomes.push(confirmed.outcome);
-    }
-    Published {
-        outcomes,
-        channel_broken,
     }
 }

@@ -1,20 +1,23 @@
-//! What the relay sends with each row: the producer span and headers that carry its trace,
-//! the message's properties, and what a failed publish does to the row.
+//! Publishing a batch of rows, whoever holds them: the producer span and headers that carry
+//! each row's trace, the message's properties, one round of confirms for the batch, and what
+//! a failed publish does to the row.
 
 use std::collections::HashMap;
 
-use lapin::BasicProperties;
+use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel};
 use sqlx::PgConnection;
 
-use super::{OutboxRow, RelaySettings};
+use super::{OUTBOX_PUBLISH_FAILURES_TOTAL, OutboxRow, RelaySettings};
+use crate::messaging::confirms;
 use crate::retry::backoff;
 use crate::telemetry::TraceContext;
 
 /// A producer span for `row` (OpenTelemetry's messaging conventions), child of the span that
 /// wrote it (the trace context stored with the row), open until the broker confirms; and
 /// the row's headers with that span's context in place of the writer's, for the consumer.
-pub(super) fn publish_span(row: &OutboxRow) -> (tracing::Span, FieldTable) {
+fn publish_span(row: &OutboxRow) -> (tracing::Span, FieldTable) {
     let stored: HashMap<String, String> = row
         .headers
         .as_object()
@@ -43,7 +46,7 @@ pub(super) fn publish_span(row: &OutboxRow) -> (tracing::Span, FieldTable) {
     (span, headers)
 }
 
-pub(super) fn properties(row: &OutboxRow, headers: FieldTable) -> BasicProperties {
+fn properties(row: &OutboxRow, headers: FieldTable) -> BasicProperties {
     BasicProperties::default()
         .with_message_id(row.event_id.to_string().into())
         .with_content_type("application/json".into())
@@ -86,4 +89,58 @@ pub(super) async fn record_failure(
     .execute(conn)
     .await
     .map(drop)
+}
+
+/// What the broker said of each row of a batch.
+pub(super) struct Published {
+    pub(super) outcomes: Vec<Result<(), String>>,
+    pub(super) channel_broken: bool,
+}
+
+/// Sends the whole batch, then collects the confirms: one round trip for many messages. A
+/// failed publish is counted (and its span marked) here; recording it is the caller's.
+pub(super) async fn publish_all(
+    channel: &Channel,
+    rows: &[OutboxRow],
+    settings: &RelaySettings,
+) -> Published {
+    let mut pending = Vec::with_capacity(rows.len());
+    let mut spans = Vec::with_capacity(rows.len());
+    for row in rows {
+        // A JSON value's text is its serialisation, which cannot fail.
+        let body = row.payload.to_string().into_bytes();
+        let (span, headers) = publish_span(row);
+        spans.push(span);
+        let publish = channel
+            .basic_publish(
+                row.exchange.as_str().into(),
+                row.routing_key.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                &body,
+                properties(row, headers),
+            )
+            .await;
+        pending.push(publish);
+    }
+    let mut channel_broken = false;
+    let mut outcomes = Vec::with_capacity(rows.len());
+    for (confirmed, span) in confirms::collect(pending, settings.confirm_timeout)
+        .await
+        .into_iter()
+        .zip(&spans)
+    {
+        channel_broken |= confirmed.channel_broken;
+        if confirmed.outcome.is_err() {
+            span.record("otel.status_code", "ERROR");
+            metrics::counter!(OUTBOX_PUBLISH_FAILURES_TOTAL).increment(1);
+        }
+        outcomes.push(confirmed.outcome);
+    }
+    Published {
+        outcomes,
+        channel_broken,
+    }
 }
