@@ -18,7 +18,12 @@
 #
 # Knobs (environment): BENCH_SECS (pgbench run length, default 20), BENCH_CLIENTS (pgbench
 # clients and create-orders VUs, default 50), K6_DURATION (create-orders, direct-deductions and
-# checkout, default 30s), ORDER_URL, INVENTORY_URL, ADMIN_TOKEN (as for k6), PGHOST/PGPORT/PGUSER.
+# checkout, default 30s), ORDER_URL, INVENTORY_URL, ADMIN_TOKEN (as for k6), PGHOST/PGPORT/PGUSER;
+# REFERENCE_W1 (orders/s) and REFERENCE_CREATE_ALL_S (seconds): the seed's reference design
+# measured in the same sitting (../peers README: bench_w1.sh 50, bench_w2.sh), drawn in the chart.
+#
+# Writes, in k6/results/bench-<time>/: each run's JSON summary and k6 HTML report, table.md, and
+# chart.svg (ours beside the reference and pgbench, scripts/lib/chart.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -163,6 +168,26 @@ log "results ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(psql -XAtc 'SH
     "$CONFIRMS_PER_S" "$HOLDS_PER_S" "$STOCK_TPS" "$(ratio "$HOLDS_PER_S" "$STOCK_TPS")"
   printf '| checkout: stock consumed = holds confirmed | %s | | |\n' "$CHECKOUT_INV"
 } | tee "$RUN_DIR/table.md"
+
+REFERENCE_W1="${REFERENCE_W1:-n/a}" REFERENCE_CREATE_ALL_S="${REFERENCE_CREATE_ALL_S:-n/a}"
+jq -n --arg title "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores: ours beside the reference and PostgreSQL" \
+  --arg orders "$ORDERS_PER_S" --arg w1 "$REFERENCE_W1" --arg order_tps "$ORDER_TPS" \
+  --arg flash "$FLASH_SETTLE" --arg w2 "$REFERENCE_CREATE_ALL_S" \
+  --arg deductions "$DEDUCTIONS_PER_S" --arg holds "$HOLDS_PER_S" --arg hot "$STOCK_TPS" \
+  --arg clients "$BENCH_CLIENTS" '
+  def bar($label; $value): { label: $label, value: ($value | tonumber? // null) };
+  { title: $title, groups: [
+    { name: "orders/s, create-orders at \($clients) VUs", unit: "/s", better: "higher",
+      bars: [ bar("services"; $orders), bar("reference (W1)"; $w1), bar("pgbench order tx"; $order_tps) ] },
+    { name: "flash sale: 2,000 orders settled", unit: "s", better: "lower",
+      bars: [ bar("services (all terminal)"; $flash), bar("reference (create_all_s)"; $w2) ] },
+    { name: "one hot product, 50 VUs", unit: "/s", better: "higher",
+      bars: [ bar("deductions/s"; $deductions), bar("pgbench hot-row updates"; $hot) ] },
+    { name: "checkout on one hot product, 50 VUs", unit: "/s", better: "higher",
+      bars: [ bar("holds/s"; $holds), bar("pgbench hot-row updates"; $hot) ] } ] }' \
+  >"$RUN_DIR/figures.json"
+python3 scripts/lib/chart.py "$RUN_DIR/figures.json" "$RUN_DIR/chart.svg"
+echo "chart: $RUN_DIR/chart.svg"
 echo
 echo "raw outputs: $RUN_DIR/"
 

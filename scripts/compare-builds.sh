@@ -7,11 +7,20 @@
 #   scripts/compare-builds.sh A_DIR B_DIR            # each DIR holds order-service and
 #                                                    # inventory-service (a target/release)
 #   WORKLOADS="direct-deductions" RUNS=5 scripts/compare-builds.sh …
+#   WORKLOADS=moderate RATE=261 scripts/compare-builds.sh …   # the cost of an order at a rate
 #
 # Prints one line per run and a table of medians with B/A. Knobs (environment): WORKLOADS
 # (default "create-orders flash-sale direct-deductions"), RUNS (default 3), K6_DURATION
-# (create-orders and direct-deductions, default 20s), VUS (create-orders, default 50), PGHOST/
-# PGPORT/PGUSER, REDIS_URL. Ports 18080/18081 must be free.
+# (create-orders, direct-deductions and moderate, default 20s), VUS (create-orders, default
+# 50), RATE (moderate, default 261: twice the reference's W1), PGHOST/PGPORT/PGUSER,
+# REDIS_URL; A_ENV and B_ENV, settings for one side only ("BATCH_LINGER_MS=2", to compare one
+# build with itself); any other variable the services read passes through to both. Ports
+# 18080/18081 must be free.
+#
+# `moderate` is create-orders at a constant RATE on products seeded in SQL (so nothing but the
+# orders is counted), and gives four figures per run: CPU ms per order of our own processes
+# (both services, PostgreSQL, Redis: scripts/lib/cpu.sh), the order POST's p99, and the p50
+# and p99 of created → settled (order-service's order_end_to_end_seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +33,8 @@ K6_DURATION="${K6_DURATION:-20s}"
 # VU for that long): pass it on as the scripts' own DURATION only.
 export -n K6_DURATION
 VUS="${VUS:-50}"
+RATE="${RATE:-261}"
+export -n RATE
 export PGHOST="${PGHOST:-127.0.0.1}" PGPORT="${PGPORT:-5432}" PGUSER="${PGUSER:-postgres}"
 REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 ADMIN_TOKEN=compare-admin-token
@@ -39,6 +50,8 @@ for dir in "$A_DIR" "$B_DIR"; do
     [ -x "$dir/$bin" ] || { echo "$dir/$bin is not an executable" >&2; exit 1; }
   done
 done
+
+. scripts/lib/cpu.sh
 
 OUT="k6/results/compare-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
@@ -72,8 +85,10 @@ start_build() { # dir, label
   rabbitmqctl -q add_vhost "cmp_$RUN_ID" >/dev/null
   rabbitmqctl -q set_permissions -p "cmp_$RUN_ID" guest '.*' '.*' '.*' >/dev/null
   local amqp="amqp://guest:guest@127.0.0.1:5672/cmp_$RUN_ID"
+  local side_env="${2}_ENV"
+  # shellcheck disable=SC2206
   local common=(ADMIN_TOKEN="$ADMIN_TOKEN" REDIS_URL="$REDIS_URL" REDIS_KEY_PREFIX="cmp:$RUN_ID:"
-    AMQP_URL="$amqp" RUST_LOG=warn NO_COLOR=1)
+    AMQP_URL="$amqp" RUST_LOG=warn NO_COLOR=1 ${!side_env:-})
   env "${common[@]}" HTTP_ADDR=127.0.0.1:18081 \
     DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/cmp_stock_$RUN_ID" \
     "$1/inventory-service" >"$OUT/$RUN_ID-inventory.log" 2>&1 &
@@ -94,7 +109,44 @@ figure() { # workload, summary file
   esac
 }
 
+record() { # figure, label, value
+  echo "$1 $2 $3" >&2
+  echo "$1 $2 $3" >>"$OUT/runs.txt"
+}
+
+# create-orders at a constant rate: what an order costs, and how long it takes to settle.
+run_moderate() { # dir, label
+  start_build "$1" "$2"
+  psql -qXAt "postgres://$PGUSER@$PGHOST:$PGPORT/cmp_stock_$RUN_ID" -c "
+    INSERT INTO products (product_id, name, stock)
+    SELECT id, 'Benchmark product ' || id, 1000000000 FROM generate_series(1, 1000) AS id" >/dev/null
+  sleep 2
+  local summary="$OUT/$RUN_ID-moderate.json" before after orders
+  before="$(cpu_snapshot)"
+  env SUMMARY_FILE="$summary" DURATION="$K6_DURATION" RATE="$RATE" VUS=50 SEEDED=1 P99_MS=60000 \
+    k6 run -q k6/create-orders.js >"$OUT/$RUN_ID-moderate.txt" 2>&1 || true
+  sleep 3 # the last orders settle
+  after="$(cpu_snapshot)"
+  orders="$(jq -r '.report.orders_created' "$summary" 2>/dev/null || echo 0)"
+  if [ "${orders:-0}" -gt 0 ]; then
+    local settle
+    settle="$(curl -fs "$ORDER_URL/metrics" | scripts/lib/quantile.py order_end_to_end_seconds 0.5 0.99)"
+    record moderate-cpu-ms-per-order "$2" "$(cpu_own_ms "$before" "$after" "$orders")"
+    record moderate-post-p99-ms "$2" "$(jq -r '.report.order_post_p99_ms' "$summary")"
+    record moderate-settle-p50-ms "$2" "${settle% *}"
+    record moderate-settle-p99-ms "$2" "${settle#* }"
+    record moderate-accepted-share "$2" "$(jq -r '.report.accepted_share' "$summary")"
+  else
+    echo "moderate $2: no orders created" >&2
+  fi
+  stop_run
+}
+
 run_one() { # workload, dir, label
+  if [ "$1" = moderate ]; then
+    run_moderate "$2" "$3"
+    return
+  fi
   start_build "$2" "$3"
   local summary="$OUT/$RUN_ID-$1.json"
   local knobs=(DURATION="$K6_DURATION")
@@ -124,7 +176,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 echo
 echo "| workload | A (runs) | B (runs) | median A | median B | B/A |"
 echo "| --- | --- | --- | --- | --- | --- |"
-for workload in $WORKLOADS; do
+for workload in $(awk '{ print $1 }' "$OUT/runs.txt" | awk '!seen[$0]++'); do
   a_runs="$(awk -v w="$workload" '$1 == w && $2 == "A" { print $3 }' "$OUT/runs.txt")"
   b_runs="$(awk -v w="$workload" '$1 == w && $2 == "B" { print $3 }' "$OUT/runs.txt")"
   a_med="$(echo "$a_runs" | median)"
@@ -133,4 +185,4 @@ for workload in $WORKLOADS; do
   echo "| $workload | $(echo "$a_runs" | paste -sd/ -) | $(echo "$b_runs" | paste -sd/ -) | $a_med | $b_med | $ratio |"
 done
 echo
-echo "(flash-sale: seconds until all 2,000 orders are terminal, lower is better; results in $OUT)"
+echo "(flash-sale: seconds until all 2,000 orders are terminal; moderate-*: lower is better too; results in $OUT)"

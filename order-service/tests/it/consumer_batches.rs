@@ -156,18 +156,24 @@ async fn a_busy_consumer_waits_for_its_batch_to_fill() {
         async move { (handler.applied.lock().expect("applied").len() == n).then_some(()) }
     };
 
-    // The first message finds the consumer idle, so it goes at once: were it to wait, the
-    // second, published well within the wait, would join it.
-    // The second finds it busy: it waits, and the third, 50 ms later, joins it.
-    for (body, gap) in [(&b"first"[..], 500), (b"second", 50), (b"third", 0)] {
+    // The first message finds the consumer idle, and the second finds it knowing no pace
+    // yet: each goes at once (were they to wait, the next, published well within the wait,
+    // would join). Two batches 500 ms apart teach it a gap shorter than the wait, so the
+    // third waits, and the fourth, 50 ms later, joins it.
+    for (body, gap) in [
+        (&b"first"[..], 500),
+        (b"second", 500),
+        (b"third", 50),
+        (b"fourth", 0),
+    ] {
         probe
             .publish(keys::ORDERS_EXCHANGE, keys::ORDER_CREATED, body, None)
             .await;
         tokio::time::sleep(Duration::from_millis(gap)).await;
     }
-    eventually(Duration::from_secs(30), || applied(3)).await;
+    eventually(Duration::from_secs(30), || applied(4)).await;
     stop.cancel();
     consumer.await.expect("the consumer loop ends");
 
-    assert_eq!(*handler.batches.lock().expect("batches"), [1, 2]);
+    assert_eq!(*handler.batches.lock().expect("batches"), [1, 1, 2]);
 }

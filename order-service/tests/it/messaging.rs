@@ -356,7 +356,7 @@ async fn an_unroutable_row_dies_after_its_attempts_and_an_operator_can_send_it_a
 }
 
 #[tokio::test]
-async fn a_busy_relay_waits_a_moment_and_sends_what_came_meanwhile_in_one_batch() {
+async fn a_relay_with_a_pace_waits_a_moment_and_sends_what_came_meanwhile_in_one_batch() {
     // The app's own relay looks only at start, so the rows below are this test's relay's.
     let app = TestApp::spawn_with_broker(|c| {
         c.messaging.relay.idle_poll = Duration::from_secs(3600);
@@ -410,21 +410,29 @@ async fn a_busy_relay_waits_a_moment_and_sends_what_came_meanwhile_in_one_batch(
         }
     };
 
+    // The first two commits find the relay knowing no pace: each goes at once. Two rounds
+    // 300 ms apart teach it a gap shorter than the wait, so the third waits, and the fourth,
+    // 50 ms later, joins it.
     commit(1).await;
-    eventually(WAIT, || sent_at(1)).await;
+    let first = eventually(WAIT, || sent_at(1)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     commit(2).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    commit(3).await;
     let second = eventually(WAIT, || sent_at(2)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    commit(3).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    commit(4).await;
     let third = eventually(WAIT, || sent_at(3)).await;
+    let fourth = eventually(WAIT, || sent_at(4)).await;
     stop.cancel();
 
     // `sent_at` is the relay transaction's start: one value, one batch.
     assert_eq!(
-        second, third,
+        third, fourth,
         "rows committed within the wait went together"
     );
-    assert_ne!(sent_at(1).await, Some(second));
+    assert_ne!(first, second, "a relay with no pace yet went at once");
+    assert_ne!(second, third);
 }
 
 #[tokio::test]

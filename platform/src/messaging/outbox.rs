@@ -33,6 +33,13 @@ pub(crate) struct Handoff {
     pub(crate) look: bool,
 }
 
+impl Handoff {
+    /// The rows handed over, and a wake counted as one.
+    pub(crate) fn len(&self) -> usize {
+        self.rows.len() + usize::from(self.look)
+    }
+}
+
 /// Rows waiting for the relay beyond which more handed rows are dropped (a broker away for
 /// long): they are in the table, and the relay's sweep sends them.
 pub const HANDOFF_LIMIT: usize = 10_000;
@@ -64,6 +71,15 @@ impl OutboxSignal {
     /// Resolves at the next hand-off or wake (or at once if one happened since the last wait).
     pub async fn woken(&self) {
         self.0.notify.notified().await;
+    }
+
+    /// How many rows (and a wake as one) wait for the relay now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.0
+            .handed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     /// Takes what was handed over since the last call.

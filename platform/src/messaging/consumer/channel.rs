@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::batch::{self, Received};
 use super::send_back::{KEPT_ROUNDS, send_back};
 use super::{ConsumerSettings, Handler, settle};
+use crate::messaging::linger::Pace;
 use crate::retry::backoff;
 
 /// Pauses before kept (contended) messages are tried again when nothing new arrives.
@@ -79,6 +80,43 @@ async fn spend_a_round(
     kept
 }
 
+type Next = Option<Result<lapin::message::Delivery, lapin::Error>>;
+
+/// Adds what the stream gave to the batch (an error is logged and remembered); `true` when the
+/// stream has ended.
+fn take(next: Next, batch: &mut Vec<Received>, last_error: &mut Option<lapin::Error>) -> bool {
+    match next {
+        Some(Ok(delivery)) => batch.push(Received::new(delivery)),
+        Some(Err(error)) => {
+            tracing::warn!(%error, "consumer stream error");
+            *last_error = Some(error);
+        }
+        None => return true,
+    }
+    false
+}
+
+/// Adds what the stream has already buffered, up to `limit` in the batch; `true` when the
+/// stream has ended.
+fn drain_buffered(
+    deliveries: &mut (impl futures_util::Stream<Item = lapin::Result<lapin::message::Delivery>> + Unpin),
+    batch: &mut Vec<Received>,
+    limit: usize,
+    last_error: &mut Option<lapin::Error>,
+) -> bool {
+    while batch.len() < limit {
+        match deliveries.next().now_or_never() {
+            Some(next) => {
+                if take(next, batch, last_error) {
+                    return true;
+                }
+            }
+            None => break,
+        }
+    }
+    false
+}
+
 /// Channel `n`'s consumer tag: the consumer's own, numbered.
 fn tag(settings: &ConsumerSettings, n: usize) -> String {
     format!("{}-{n}", settings.consumer_tag)
@@ -101,10 +139,11 @@ pub(super) async fn consume<H: Handler>(
     let mut kept: Vec<Received> = Vec::new();
     let mut contended_rounds = 0;
     let mut ended = false;
-    let mut previous_start = None;
+    let mut pace = Pace::default();
     let mut last_error = None;
     while !ended {
         let mut batch = std::mem::take(&mut kept);
+        let carried = batch.len();
         let first = if batch.is_empty() {
             Some(deliveries.next().await)
         } else {
@@ -114,43 +153,39 @@ pub(super) async fn consume<H: Handler>(
                 () = tokio::time::sleep(pause) => None,
             }
         };
-        match first {
-            Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
-            Some(Some(Err(error))) => {
-                tracing::warn!(%error, "consumer stream error");
-                last_error = Some(error);
-            }
-            Some(None) if batch.is_empty() => break,
-            Some(None) => ended = true,
-            None => {}
+        if let Some(next) = first {
+            ended = take(next, &mut batch, &mut last_error);
         }
-        // While busy, what arrives within the linger joins the batch; when idle, only what
-        // is already buffered.
-        let pause = settings.linger.before_batch(previous_start, Instant::now());
-        if !pause.is_zero() && !batch.is_empty() && !ended {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = tokio::time::sleep(pause) => {}
-            }
+        if ended && batch.is_empty() {
+            break;
         }
-        while !ended && batch.len() < limit {
-            match deliveries.next().now_or_never() {
-                Some(Some(Ok(delivery))) => batch.push(Received::new(delivery)),
-                Some(Some(Err(error))) => {
-                    tracing::warn!(%error, "consumer stream error");
-                    last_error = Some(error);
+        let first_at = Instant::now();
+        // What is already buffered joins at once; then, if the pace promises company, what
+        // arrives before the linger's deadline ([`crate::messaging::linger`]).
+        ended = ended || drain_buffered(&mut deliveries, &mut batch, limit, &mut last_error);
+        if !ended && !batch.is_empty() {
+            while let Some(deadline) = settings
+                .linger
+                .deadline(&pace, batch.len(), first_at)
+                .filter(|_| batch.len() < limit)
+            {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep_until(deadline) => break,
+                    next = deliveries.next() => {
+                        if take(next, &mut batch, &mut last_error) {
+                            ended = true;
+                            break;
+                        }
+                    }
                 }
-                Some(None) => {
-                    ended = true;
-                    break;
-                }
-                None => break,
             }
         }
+        ended = ended || drain_buffered(&mut deliveries, &mut batch, limit, &mut last_error);
         if batch.is_empty() {
             continue;
         }
-        previous_start = Some(Instant::now());
+        pace.record(batch.len() - carried, Instant::now(), &settings.linger);
         let outcomes = batch::handle_received(handler, &batch).await;
         kept = settle::settle(batch, outcomes, db, shutdown).await;
         kept = spend_a_round(&channel, settings.queue, kept).await;

@@ -4,8 +4,8 @@
 //!   committed to [`OutboxSignal::committed`]; the relay publishes them from memory, without
 //!   reading them back, and marks them sent afterwards, many at once: a mark waits up to
 //!   [`RelaySettings::mark_every`] for others, so at a moderate rate one `UPDATE` marks the rows
-//!   of many commits. While busy, the relay waits a moment after a hand-off so that the
-//!   commits of the next few milliseconds go out together ([`crate::messaging::linger`]).
+//!   of many commits. When the pace of hand-offs promises company, the relay waits a moment
+//!   after a hand-off so that the next commits go out together ([`crate::messaging::linger`]).
 //!   `LISTEN/NOTIFY` was the first design and was measured out: PostgreSQL takes one global
 //!   lock at the commit of every notifying transaction, which serialised all order commits
 //!   behind each other's WAL flush (most sampled backends waited on `Lock:object`).
@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::messaging::broker::Broker;
-use crate::messaging::linger::Linger;
+use crate::messaging::linger::{Linger, Pace};
 use crate::messaging::outbox::{NewOutboxRow, OutboxSignal};
 mod own;
 mod publish;
@@ -100,7 +100,7 @@ pub struct RelaySettings {
     pub mark_every: Duration,
     /// How long a publish may wait for the broker's confirm.
     pub confirm_timeout: Duration,
-    /// How long a busy relay, woken by a commit, waits for more rows before publishing.
+    /// How long a relay woken by a commit may wait for more rows before publishing.
     pub linger: Linger,
 }
 
@@ -156,6 +156,8 @@ pub async fn run(
     let mut marks = Marks::default();
     // The first sweep runs at start: rows an earlier run of this process left.
     let mut next_sweep = Instant::now();
+    let mut pace = Pace::default();
+    let mut woken = false;
     while !shutdown.is_cancelled() {
         if channel.as_ref().is_none_or(|c| !c.status().connected()) {
             channel = match confirm_channel(&broker, &shutdown).await {
@@ -168,6 +170,9 @@ pub async fn run(
         };
         let started = Instant::now();
         let handoff = signal.take();
+        if std::mem::take(&mut woken) {
+            pace.record(handoff.len(), started, &settings.linger);
+        }
         let round = async {
             let own = fresh(handoff.rows, started, settings.sweep_after / 2);
             publish_own(&db, publisher, own, &settings, &mut marks).await?;
@@ -205,13 +210,20 @@ pub async fn run(
             .map_or(next_sweep, |m| m.min(next_sweep));
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = signal.woken() => {}
+            () = signal.woken() => woken = true,
             () = tokio::time::sleep_until(wake_at) => {}
         }
-        let pause = settings.linger.before_batch(Some(started), Instant::now());
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            () = tokio::time::sleep(pause) => {}
+        // Woken by a commit: if the pace promises company, the next commits join this batch.
+        let first = Instant::now();
+        while let Some(deadline) = woken
+            .then(|| settings.linger.deadline(&pace, signal.waiting(), first))
+            .flatten()
+        {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep_until(deadline) => break,
+                () = signal.woken() => {}
+            }
         }
     }
     // What was handed over meanwhile (the intake's last batches, the last cancels) goes out
