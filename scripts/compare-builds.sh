@@ -17,7 +17,8 @@
 # build with itself); any other variable the services read passes through to both. Ports
 # 18080/18081 must be free.
 #
-# `moderate` is create-orders at a constant RATE on products seeded in SQL (so nothing but the
+# create-orders also gives the CPU ms per order of our own processes at saturation (k6's setup,
+# 1,000 product reads, counted with it). `moderate` is create-orders at a constant RATE on products seeded in SQL (so nothing but the
 # orders is counted), and gives four figures per run: CPU ms per order of our own processes
 # (both services, PostgreSQL, Redis: scripts/lib/cpu.sh), the order POST's p99, and the p50
 # and p99 of created → settled (order-service's order_end_to_end_seconds).
@@ -151,9 +152,17 @@ run_one() { # workload, dir, label
   local summary="$OUT/$RUN_ID-$1.json"
   local knobs=(DURATION="$K6_DURATION")
   [ "$1" = create-orders ] && knobs+=(VUS="$VUS")
+  local before after
+  before="$(cpu_snapshot)"
   env SUMMARY_FILE="$summary" "${knobs[@]}" k6 run -q "k6/$1.js" >"$OUT/$RUN_ID-$1.txt" 2>&1 || true
   local value
   value="$(figure "$1" "$summary" 2>/dev/null || echo n/a)"
+  if [ "$1" = create-orders ] && [ "$value" != n/a ]; then
+    sleep 2 # the last orders settle
+    after="$(cpu_snapshot)"
+    record create-orders-cpu-ms-per-order "$3" \
+      "$(cpu_own_ms "$before" "$after" "$(jq -r '.report.orders_created' "$summary")")"
+  fi
   if [ "$1" = flash-sale ]; then
     local invariants
     invariants="$(jq -r '.report.invariants' "$summary" 2>/dev/null || echo n/a)"

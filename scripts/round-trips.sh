@@ -41,7 +41,8 @@ out="$work"
 . scripts/lib/stack.sh
 PG_PORT="${PG_PORT:-$(stack_free_port)}"
 PG_EXTRA_OPTS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top \
-  -c pg_stat_statements.track_utility=on -c pg_stat_statements.max=10000 -c autovacuum=off"
+  -c pg_stat_statements.track_utility=on -c pg_stat_statements.track_planning=on \
+  -c pg_stat_statements.max=10000 -c autovacuum=off"
 . scripts/lib/backing.sh
 
 cleanup() {
@@ -96,6 +97,14 @@ run_once() { # run number
       FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
      WHERE d.datname IN ('$orders_db', '$inventory_db') AND s.toplevel
      ORDER BY s.calls DESC LIMIT 25" >"$work/top-$n.txt"
+  # Where PostgreSQL's time went: planning and execution per statement, in ms per settled
+  # order once the orders are counted below.
+  q "$SERVER/postgres" "
+    SELECT d.datname, s.calls, round(s.total_plan_time::numeric, 1), round(s.total_exec_time::numeric, 1),
+           left(regexp_replace(s.query, '\s+', ' ', 'g'), 90)
+      FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+     WHERE d.datname IN ('$orders_db', '$inventory_db') AND s.toplevel
+     ORDER BY s.total_plan_time + s.total_exec_time DESC LIMIT 12" >"$work/time-$n.txt"
   local settled pending
   settled="$(q "$SERVER/$orders_db" "SELECT count(*) FROM orders WHERE status <> 'PENDING'")"
   pending="$(q "$SERVER/$orders_db" "SELECT count(*) FROM orders WHERE status = 'PENDING'")"
@@ -113,7 +122,9 @@ run_once() { # run number
   awk -v s="$settled" -v os="$o_stmts" -v is="$i_stmts" -v ot="$o_tx" -v it="$i_tx" \
     'BEGIN { printf "%.4f %.4f\n", (os + is) / s, (ot + it) / s }' >>"$work/totals.txt"
   { echo; echo "Run $n, the most frequent statements (database, calls, text):"; echo '```';
-    sed "s/t_${STACK_RUN}_//" "$work/top-$n.txt"; echo '```'; } >>"$work/tops.md"
+    sed "s/t_${STACK_RUN}_//" "$work/top-$n.txt"; echo '```';
+    echo; echo "Run $n, where PostgreSQL's time went (database, calls, planning ms, execution ms, text):"
+    echo '```'; sed "s/t_${STACK_RUN}_//" "$work/time-$n.txt"; echo '```'; } >>"$work/tops.md"
 }
 
 for n in $(seq 1 "$RUNS"); do run_once "$n"; done

@@ -9,4 +9,5 @@ mod lost_cancellation;
 mod otlp;
 mod outages;
 mod paused_inventory;
+mod plans;
 mod saga;

@@ -20,8 +20,9 @@ use crate::config::{at_least, millis_at_least, positive_secs};
 pub struct MessagingConfig {
     /// `RELAY_BATCH_SIZE` (200), `OUTBOX_MAX_ATTEMPTS` (10), `OUTBOX_RETRY_BASE_MS` (200),
     /// `OUTBOX_RETRY_MAX_SECS` (60), `OUTBOX_SWEEP_AFTER_MS` (5000: the age from which the
-    /// sweep publishes a row nobody has tried), and `BATCH_LINGER_MS` (2): how long the relay
-    /// and the consumers, while busy, wait for a batch to fill (0: never; see [`linger`]).
+    /// sweep publishes a row nobody has tried), and `BATCH_LINGER_MS` (10): the longest the relay
+    /// and the consumers wait for a batch to fill, when their pace promises company (0: never;
+    /// see [`linger`]).
     pub relay: relay::RelaySettings,
     /// `RETENTION_SECS` (604800 = 7 days): how long sent outbox rows and processed message
     /// ids are kept.

@@ -43,7 +43,9 @@ pub(super) async fn place(
     let (claimed, ask_postgres) = claim(writer, &batch, &mut answers).await;
     let connection = match conn {
         Some(connection) => Ok(connection),
-        None => writer.db.acquire().await.map(|c| conn.insert(c)),
+        None => super::session::open(&writer.db)
+            .await
+            .map(|c| conn.insert(c)),
     };
     let connection = match connection {
         Ok(connection) => connection,

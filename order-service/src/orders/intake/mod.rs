@@ -10,11 +10,12 @@
 //! (see [`placement`]).
 //!
 //! The task owns one pooled connection, kept from batch to batch (and replaced after an
-//! error). At shutdown it goes on until the HTTP server has answered its last request, then
-//! writes whatever was still queued.
+//! error), on which its statement is planned once ([`session`]). At shutdown it goes on until
+//! the HTTP server has answered its last request, then writes whatever was still queued.
 
 mod batch;
 pub mod placement;
+pub mod session;
 
 use chrono::{DateTime, Utc};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,120 @@
+//! The plans of order intake's own session, where each statement is planned once for any
+//! values (`order_service::orders::intake::session`, decision 0063). A plan made on an empty
+//! table stays in use as the table grows, so it must read the tables by their indexes, never
+//! by scanning them whole: each statement that session runs, as the workspace checks it at
+//! build time (the query data in `.sqlx/`), is prepared here on a fresh, empty database with
+//! that session's settings, and its plan is read back with `EXPLAIN EXECUTE`.
+//!
+//! The other sessions plan each statement for its values; run over every statement of both
+//! services, the same check finds generic plans that read `orders`, `products` and `outbox`
+//! through a whole index, which is why planning once stays the intake's alone.
+
+use serde_json::Value;
+use testkit::TestDatabase;
+
+/// A statement of the query data: its file, text and number of parameters.
+struct Checked {
+    file: String,
+    query: String,
+    parameters: usize,
+}
+
+/// The statements the intake's session runs: the batch's insert, and the lookup of stored
+/// outcomes by token.
+fn intake_statement(query: &str) -> bool {
+    query.contains("INSERT INTO orders") || query.contains("FROM idempotency_keys WHERE token")
+}
+
+fn checked_statements() -> Vec<Checked> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.sqlx");
+    let mut statements: Vec<Checked> = std::fs::read_dir(&dir)
+        .expect("the query data")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .map(|path| {
+            let data: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).expect("a query file"))
+                    .expect("JSON");
+            let parameters = data["describe"]["parameters"]["Left"]
+                .as_array()
+                .map_or(0, Vec::len);
+            Checked {
+                file: path.file_name().expect("a name").to_string_lossy().into(),
+                query: data["query"].as_str().expect("the query's text").to_owned(),
+                parameters,
+            }
+        })
+        .filter(|checked| intake_statement(&checked.query))
+        .collect();
+    statements.sort_by(|a, b| a.file.cmp(&b.file));
+    statements
+}
+
+/// The tables a plan reads whole: sequential scans, and index scans with no condition on the
+/// index and no `LIMIT` above them to stop them early.
+fn whole_table_reads(plan: &Value, limited: bool) -> Vec<String> {
+    let kind = plan["Node Type"].as_str().unwrap_or_default();
+    let limited = limited || kind == "Limit";
+    let mut found = Vec::new();
+    let relation = plan["Relation Name"].as_str().unwrap_or_default();
+    match kind {
+        "Seq Scan" => found.push(format!("Seq Scan on {relation}")),
+        "Index Scan" | "Index Only Scan" if plan.get("Index Cond").is_none() && !limited => {
+            found.push(format!("{kind} on {relation} with no condition"));
+        }
+        _ => {}
+    }
+    if let Some(children) = plan["Plans"].as_array() {
+        for child in children {
+            found.extend(whole_table_reads(child, limited));
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_intakes_statements_planned_once_on_empty_tables_read_them_by_index() {
+    let orders = TestDatabase::create("plans_orders", &order_service::MIGRATOR).await;
+    let statements = checked_statements();
+    assert_eq!(statements.len(), 2, "the insert and the lookup by token");
+    let mut conn = orders.pool.acquire().await.expect("a pooled connection");
+    conn.close_on_drop();
+    // Statistics that say the tables are empty, as the first ANALYZE of a new database
+    // leaves them: the planner then finds a scan of the whole table cheapest.
+    sqlx::raw_sql("ANALYZE orders, idempotency_keys, outbox")
+        .execute(&mut *conn)
+        .await
+        .expect("analyze");
+    sqlx::raw_sql(order_service::orders::intake::session::SETTINGS)
+        .execute(&mut *conn)
+        .await
+        .expect("the intake's settings");
+    let mut whole = Vec::new();
+    for statement in &statements {
+        let prepare = format!("PREPARE plan_check AS {}", statement.query);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", statement.file));
+        let values = vec!["NULL"; statement.parameters].join(", ");
+        let explain = format!("EXPLAIN (FORMAT JSON) EXECUTE plan_check({values})");
+        let plan: Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", statement.file));
+        sqlx::raw_sql("DEALLOCATE plan_check")
+            .execute(&mut *conn)
+            .await
+            .expect("deallocate");
+        let root = &plan[0]["Plan"];
+        assert!(root["Node Type"].is_string(), "{}: a plan", statement.file);
+        for read in whole_table_reads(root, false) {
+            whole.push(format!("{}: {read}", statement.file));
+        }
+    }
+    assert!(
+        whole.is_empty(),
+        "plans made once that read a table whole:\n{}",
+        whole.join("\n")
+    );
+}
