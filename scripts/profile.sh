@@ -13,7 +13,8 @@
 #   services.svg  the two services only, their stacks unwound with DWARF (a second run)
 #   by-process.txt  the share of samples of each process group, and CPU ms per order
 # Needs: perf, k6, jq, psql, inferno (cargo install inferno). Knobs: RATE, DURATION, FREQ
-# (samples per second per CPU, default 499), BUILD (1: build first; 0: use what is built),
+# (samples per second per CPU, default 499), MINWIDTH (frames narrower than this many pixels are
+# left out of the graphs, default 1), BUILD (1: build first; 0: use what is built),
 # CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,7 +76,7 @@ profiled_run() { # name, perf record options...
 # pointers shows as a flat top frame; the process split is exact either way).
 profiled_run machine -a -g
 perf script -i "$out/machine.data" 2>/dev/null | inferno-collapse-perf --all >"$out/machine.folded"
-inferno-flamegraph --title "The machine at $RATE orders/s (perf, cpu-clock)" \
+inferno-flamegraph --minwidth "${MINWIDTH:-1}" --title "The machine at $RATE orders/s (perf, cpu-clock)" \
   <"$out/machine.folded" >"$out/machine.svg"
 # The share of samples per command name, which is what the flame graph's first level shows.
 awk '{ split($1, frames, ";"); n[frames[1]] += $NF; total += $NF }
@@ -85,7 +86,7 @@ awk '{ split($1, frames, ";"); n[frames[1]] += $NF; total += $NF }
 # Inside the two services, unwound with DWARF (no frame pointers needed).
 profiled_run services --call-graph dwarf,16384 SERVICES
 perf script -i "$out/services.data" 2>/dev/null | inferno-collapse-perf >"$out/services.folded"
-inferno-flamegraph --title "Both services at $RATE orders/s (perf, cpu-clock, DWARF)" \
+inferno-flamegraph --minwidth "${MINWIDTH:-1}" --title "Both services at $RATE orders/s (perf, cpu-clock, DWARF)" \
   <"$out/services.folded" >"$out/services.svg"
 
 cat "$out/by-process.txt" "$out/by-command.txt"

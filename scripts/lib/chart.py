@@ -63,12 +63,14 @@ def render(spec):
                     f'<text x="{LABEL_W}" y="{y + 13}" font-size="12" fill="#888">not measured</text>'
                 )
             else:
-                w = max(1.0, (WIDTH - LABEL_W - 150) * v / top)
+                w = max(1.0, (WIDTH - LABEL_W - 230) * v / top)
                 colour = COLOURS[n % len(COLOURS)]
                 note = figure(v, group.get("unit", ""))
                 if n > 0 and first and v:
-                    if better == "lower":
-                        note += f"  (ours {v / first:.1f}× shorter)"
+                    if better == "lower" and v >= first:
+                        note += f"  (ours {v / first:.1f}× less)"
+                    elif better == "lower":
+                        note += f"  (ours {first / v:.1f}× more)"
                     else:
                         note += f"  (ours {first / v:.2f}×)"
                 rows.append(
