@@ -53,6 +53,7 @@ for dir in "$A_DIR" "$B_DIR"; do
 done
 
 . scripts/lib/cpu.sh
+. scripts/lib/seed.sh
 
 OUT="k6/results/compare-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
@@ -118,9 +119,7 @@ record() { # figure, label, value
 # create-orders at a constant rate: what an order costs, and how long it takes to settle.
 run_moderate() { # dir, label
   start_build "$1" "$2"
-  psql -qXAt "postgres://$PGUSER@$PGHOST:$PGPORT/cmp_stock_$RUN_ID" -c "
-    INSERT INTO products (product_id, name, stock)
-    SELECT id, 'Benchmark product ' || id, 1000000000 FROM generate_series(1, 1000) AS id" >/dev/null
+  seed_benchmark_products "postgres://$PGUSER@$PGHOST:$PGPORT/cmp_stock_$RUN_ID"
   sleep 2
   local summary="$OUT/$RUN_ID-moderate.json" before after orders
   before="$(cpu_snapshot)"

@@ -31,6 +31,7 @@ out="target/profile/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
 . scripts/lib/stack.sh
 . scripts/lib/cpu.sh
+. scripts/lib/seed.sh
 trap stack_stop EXIT
 [ "${BUILD:-1}" = 1 ] && stack_build
 
@@ -47,9 +48,7 @@ profiled_run() { # name, perf record options...
       options+=("$option")
     fi
   done
-  psql "$STACK_PG_SERVER/t_${STACK_RUN}_inventory" -qXAtc "
-    INSERT INTO products (product_id, name, stock)
-    SELECT id, 'Benchmark product ' || id, 1000000000 FROM generate_series(1, 1000) AS id" >/dev/null
+  seed_benchmark_products "$STACK_PG_SERVER/t_${STACK_RUN}_inventory"
   sleep 2
   local before after seconds
   seconds="${DURATION%s}"

@@ -39,6 +39,7 @@ chmod 755 "$work"
 out="$work"
 
 . scripts/lib/stack.sh
+. scripts/lib/seed.sh
 PG_PORT="${PG_PORT:-$(stack_free_port)}"
 PG_EXTRA_OPTS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top \
   -c pg_stat_statements.track_utility=on -c pg_stat_statements.track_planning=on \
@@ -70,9 +71,7 @@ run_once() { # run number
   stack_start "rt$n"
   orders_db="t_${STACK_RUN}_orders"
   inventory_db="t_${STACK_RUN}_inventory"
-  q "$SERVER/$inventory_db" "INSERT INTO products (product_id, name, stock)
-      SELECT id, 'Benchmark product ' || id, 1000000000 FROM generate_series(1, 1000) AS id
-      ON CONFLICT DO NOTHING" >/dev/null
+  seed_benchmark_products "$SERVER/$inventory_db"
   sleep "$WARMUP"
   # pg_stat_reset runs in each database (it resets that one's counters); the statements'
   # counters are reset after it, from the `postgres` database, so neither reset is counted.
