@@ -10,8 +10,9 @@
 #   WORKLOADS=moderate RATE=261 scripts/compare-builds.sh …   # the cost of an order at a rate
 #
 # Prints one line per run and a table of medians with B/A. Knobs (environment): WORKLOADS
-# (default "create-orders flash-sale direct-deductions"), RUNS (default 3), K6_DURATION
-# (create-orders, direct-deductions and moderate, default 20s), VUS (create-orders, default
+# (default "create-orders flash-sale direct-deductions"; also checkout and moderate), RUNS
+# (default 3), K6_DURATION (create-orders, direct-deductions, checkout and moderate, default
+# 20s), VUS (create-orders, default
 # 50), RATE (moderate, default 261: twice the reference's W1), PGHOST/PGPORT/PGUSER,
 # REDIS_URL; A_ENV and B_ENV, settings for one side only ("BATCH_LINGER_MS=2", to compare one
 # build with itself); any other variable the services read passes through to both. Ports
@@ -108,6 +109,7 @@ figure() { # workload, summary file
     create-orders) jq -r '.report.orders_per_s' "$2" ;;
     flash-sale) jq -r '.report.time_until_all_terminal_s' "$2" ;;
     direct-deductions) jq -r '.report.deductions_per_s' "$2" ;;
+    checkout) jq -r '.report.holds_per_s' "$2" ;;
   esac
 }
 

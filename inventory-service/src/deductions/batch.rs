@@ -1,4 +1,5 @@
-//! Applying one batch of deductions for one product set:
+//! Applying one batch of deductions (and holds' tries, and ends of holds taken here) for one
+//! product set:
 //! ```text
 //! let locks = locker.acquire_all(&products).await?;   // once per attempt; may be bypassed
 //! locks.ensure_held()?;                               // lost while waiting? try again
@@ -28,7 +29,6 @@
 //! cannot make it write on a stale read: the version check refuses it.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use anyhow::anyhow;
 use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
@@ -38,10 +38,13 @@ use sqlx::{PgConnection, PgPool};
 use super::error::DeductionError;
 use super::judge::{self, Candidate, Judged};
 use super::queries::{self, NewDeduction, NewHold, Outcomes, StoredDeduction};
-use super::queue::{Counters, Waiter};
+use super::queue::{Counters, EndWaiter, Waiter};
 use super::request::{DeductionRequest, DeductionStatus, Kind, Take};
 use super::response::{self, Answer};
 use super::retry::{AttemptError, Retry};
+use crate::holds::batched::Step;
+use crate::holds::held_here::Placed;
+use crate::holds::queries::HoldRow;
 use crate::metrics;
 use crate::stock::engine::Ledger;
 use crate::stock::lock::{Locker, Locks};
@@ -75,23 +78,52 @@ pub enum Verdict {
 /// a wrong answer.
 pub type Remembered = Vec<(ProductId, StockRow)>;
 
+/// A confirm or cancel of a hold on exactly the batch's products, taken by this process
+/// (`crate::holds::held_here`): it rides in the batch's statement instead of a commit of its
+/// own, and a cancel's give-back goes into the batch's own update of the products, so the
+/// stock the leader remembers stays true.
+#[derive(Debug, Clone, Copy)]
+pub struct End<'a> {
+    pub step: Step,
+    pub hold_id: &'a str,
+}
+
 /// What one attempt decided, and the stock it left for the next batch to remember.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Attempted {
     pub verdicts: Vec<Verdict>,
     /// `None` when a product of the batch does not exist (a batch then always reads).
     pub left: Option<Remembered>,
+    /// The ends that changed their hold, as the statement left it.
+    pub decided: Vec<HoldRow>,
+    /// The holds this batch took `HELD`, for their ends to find the batch of their products.
+    pub placed: Vec<(String, Placed)>,
+    /// Whether the attempt read the stock (rather than trusting the memory or needing none).
+    pub read: bool,
+    /// Whether it wrote (and so committed) anything.
+    pub wrote: bool,
 }
 
-/// Applies `batch` (every request for the same products) and answers each request; also
+/// What a batch answers: each request's answer, each end's hold (`None`: not decided in the
+/// batch; it goes the general way), the stock it left, the holds it took.
+#[derive(Debug, Default)]
+pub(super) struct Ran {
+    pub answers: Vec<Answer>,
+    pub ended: Vec<Option<HoldRow>>,
+    pub left: Option<Remembered>,
+    pub placed: Vec<(String, Placed)>,
+}
+
+/// Applies `batch` (every request for `products`) and its `ends`, and answers each; also
 /// returns the stock it left, for the next batch of the same products to start from.
 pub(super) async fn run(
     db: &PgPool,
     locker: &Locker,
     counters: &Counters,
-    batch: &[Waiter],
+    products: &[ProductId],
+    (batch, ends): (&[Waiter], &[EndWaiter]),
     mut remembered: Option<Remembered>,
-) -> (Vec<Answer>, Option<Remembered>) {
+) -> Ran {
     let entries: Vec<Entry<'_>> = batch
         .iter()
         .map(|w| Entry {
@@ -99,28 +131,59 @@ pub(super) async fn run(
             fingerprint: &w.fingerprint,
         })
         .collect();
-    let products = products_of(&entries);
+    let end_entries: Vec<End<'_>> = ends
+        .iter()
+        .map(|e| End {
+            step: e.step,
+            hold_id: &e.hold_id,
+        })
+        .collect();
     let mut retry = Retry::new(locker.options().wait);
     loop {
-        match attempt(db, locker, &products, &entries, remembered.take()).await {
+        let attempted = attempt(
+            db,
+            locker,
+            products,
+            (&entries, &end_entries),
+            remembered.take(),
+        )
+        .await;
+        match attempted {
             Err(error) if error.is_retryable() && retry.pause().await => {
                 if matches!(error, AttemptError::Refused(DeductionError::Database(_))) {
                     metrics::version_conflict();
                 }
                 tracing::debug!(%error, size = batch.len(), "retrying a batch of deductions");
             }
-            Ok(Attempted { verdicts, left }) => {
-                if verdicts.iter().any(|v| matches!(v, Verdict::First(_))) {
-                    counters.commits.fetch_add(1, Ordering::Relaxed);
-                }
-                let answers = verdicts
+            Ok(attempted) => {
+                counters.count(&attempted);
+                let answers = attempted
+                    .verdicts
                     .into_iter()
                     .zip(batch)
                     .map(|(verdict, w)| response::answer(verdict, w.request.take.kind()))
                     .collect();
-                return (answers, left);
+                let mut decided: HashMap<String, HoldRow> = attempted
+                    .decided
+                    .into_iter()
+                    .map(|row| (row.hold_id.clone(), row))
+                    .collect();
+                let ended = ends.iter().map(|e| decided.remove(&e.hold_id)).collect();
+                return Ran {
+                    answers,
+                    ended,
+                    left: attempted.left,
+                    placed: attempted.placed,
+                };
             }
-            Err(error) => return (response::failed(error.into(), batch.len()), None),
+            // The ends go the general way, which answers its own failure.
+            Err(error) => {
+                return Ran {
+                    answers: response::failed(error.into(), batch.len()),
+                    ended: ends.iter().map(|_| None).collect(),
+                    ..Ran::default()
+                };
+            }
         }
     }
 }
@@ -137,11 +200,11 @@ async fn attempt(
     db: &PgPool,
     locker: &Locker,
     products: &[ProductId],
-    entries: &[Entry<'_>],
+    batch: (&[Entry<'_>], &[End<'_>]),
     remembered: Option<Remembered>,
 ) -> Result<Attempted, AttemptError> {
     let locks = locker.acquire_all(products).await?;
-    let result = apply_under(&locks, db, entries, remembered).await;
+    let result = apply_under(&locks, db, products, batch, remembered).await;
     locks.release().await;
     result
 }
@@ -149,14 +212,15 @@ async fn attempt(
 async fn apply_under(
     locks: &Locks,
     db: &PgPool,
-    entries: &[Entry<'_>],
+    products: &[ProductId],
+    (entries, ends): (&[Entry<'_>], &[End<'_>]),
     remembered: Option<Remembered>,
 ) -> Result<Attempted, AttemptError> {
     // A lock that expired while its holder was paused: give it up before writing anything.
     locks.ensure_held()?;
     let mut conn = db.acquire().await?;
     if remembered.is_some() {
-        match apply_on(&mut conn, entries, remembered).await {
+        match apply_on(&mut conn, products, entries, ends, remembered).await {
             // The memory was stale (another writer, a restock), or an id of the batch was
             // stored before it: nothing was written; read, still under the same locks.
             Err(DeductionError::Database(error))
@@ -167,29 +231,35 @@ async fn apply_under(
             done => return Ok(done?),
         }
     }
-    Ok(apply_on(&mut conn, entries, None).await?)
+    Ok(apply_on(&mut conn, products, entries, ends, None).await?)
 }
 
-/// One attempt at a batch on `conn`, without lock or retry: reads, judges every request in
-/// order and records the outcomes with the stock change. Every request must name the same
-/// products; a batch that mixes product sets is refused before anything is read.
+/// One attempt at a batch on `conn`, without lock, retry or ends: reads, judges every
+/// request in order and records the outcomes with the stock change. Every request must name
+/// the same products; a batch that mixes product sets is refused before anything is read.
 pub async fn apply_once(
     conn: &mut PgConnection,
     entries: &[Entry<'_>],
 ) -> Result<Vec<Verdict>, DeductionError> {
-    Ok(apply_on(conn, entries, None).await?.verdicts)
+    let products = products_of(entries);
+    Ok(apply_on(conn, &products, entries, &[], None)
+        .await?
+        .verdicts)
 }
 
-/// [`apply_once`], judged against `remembered` instead of a read when given: one statement,
-/// the write, which fails with a serialization failure (writing nothing) when a product no
-/// longer has the remembered version or an id of the batch was stored before it (the memory
-/// knows no stored ids).
+/// [`apply_once`] for the requests and ends of a batch on `products`, judged against
+/// `remembered` instead of a read when given: one statement, the write, which fails with a
+/// serialization failure (writing nothing) when a product no longer has the remembered
+/// version or an id of the batch was stored before it (the memory knows no stored ids). A
+/// batch of ends alone reads nothing: a confirm touches no stock, and a cancel's give-back is
+/// an increment the statement counts itself.
 pub async fn apply_on(
     conn: &mut PgConnection,
+    products: &[ProductId],
     entries: &[Entry<'_>],
+    ends: &[End<'_>],
     remembered: Option<Remembered>,
 ) -> Result<Attempted, DeductionError> {
-    let products = products_of(entries);
     if entries
         .iter()
         .any(|e| e.request.items.product_ids() != products)
@@ -204,6 +274,7 @@ pub async fn apply_on(
             .collect()
     };
     // Judged against the memory, the write checks every product still has its version.
+    let mut read_now = false;
     let (read, judged_at) = match remembered {
         Some(rows) => (
             queries::Read {
@@ -212,10 +283,12 @@ pub async fn apply_on(
             },
             rows,
         ),
+        None if entries.is_empty() => (queries::Read::default(), Vec::new()),
         None => {
             let (sales, holds) = (ids_of(Kind::Sale), ids_of(Kind::Hold));
+            read_now = true;
             (
-                queries::read(conn, &products, &sales, &holds).await?,
+                queries::read(conn, products, &sales, &holds).await?,
                 Vec::new(),
             )
         }
@@ -248,14 +321,66 @@ pub async fn apply_on(
             Judged::Cancelled => Verdict::Cancelled,
         });
     }
-    let new = new_outcomes(entries, &verdicts, now);
-    if !new.is_empty() {
-        queries::record(conn, &judged_at, &stock.changes(), &new).await?;
+    let mut new = new_outcomes(entries, &verdicts, now);
+    for end in ends {
+        match end.step {
+            Step::Confirm => new.confirms.push(end.hold_id),
+            Step::Cancel => new.cancels.push(end.hold_id),
+        }
     }
-    Ok(Attempted {
-        verdicts,
-        left: stock.after_write(&products),
-    })
+    let mut attempted = Attempted {
+        left: stock.after_write(products),
+        placed: placed(products, &new),
+        read: read_now,
+        ..Attempted::default()
+    };
+    if !new.is_empty() {
+        let changes = if new.cancels.is_empty() {
+            stock.changes()
+        } else {
+            stock.changes_including(products)
+        };
+        let recorded = queries::record(conn, &judged_at, &changes, &new).await?;
+        attempted.left = left_after(products, attempted.left, &recorded.written);
+        attempted.decided = recorded.decided;
+        attempted.wrote = true;
+    }
+    attempted.verdicts = verdicts;
+    Ok(attempted)
+}
+
+/// The holds a batch takes `HELD`, with what routes their ends back to its products.
+fn placed(products: &[ProductId], new: &Outcomes<'_>) -> Vec<(String, Placed)> {
+    new.holds
+        .iter()
+        .filter(|hold| hold.held.is_some())
+        .map(|hold| {
+            let placed = Placed {
+                products: products.to_vec(),
+                expires_at: hold.expires_at,
+            };
+            (hold.hold_id.to_owned(), placed)
+        })
+        .collect()
+}
+
+/// The stock a batch leaves: what the statement returned for every product it wrote (a
+/// cancel's give-back is counted there, not in the ledger), the ledger's for the others.
+fn left_after(
+    products: &[ProductId],
+    judged: Option<Remembered>,
+    written: &[(ProductId, StockRow)],
+) -> Option<Remembered> {
+    products
+        .iter()
+        .map(|id| {
+            let row = written
+                .iter()
+                .chain(judged.iter().flatten())
+                .find(|(product, _)| product == id)?;
+            Some(*row)
+        })
+        .collect()
 }
 
 /// The first outcomes of a batch, as [`queries::record`] writes them.

@@ -20,9 +20,12 @@ use shared::ids::ProductId;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 
-use super::batch;
+use super::batch::{self, Attempted};
 use super::error::DeductionError;
 use super::request::DeductionRequest;
+use crate::holds::batched::Step;
+use crate::holds::held_here::HeldHere;
+use crate::holds::queries::HoldRow;
 use crate::replay::StoredResponse;
 use crate::stock::lock::Locker;
 
@@ -37,6 +40,29 @@ pub(super) struct Waiter {
     pub reply: oneshot::Sender<Result<StoredResponse, DeductionError>>,
 }
 
+/// A queued confirm or cancel of a hold on the queue's products, and where the hold goes as
+/// the batch left it (`None`: the batch did not decide it).
+pub(super) struct EndWaiter {
+    pub step: Step,
+    pub hold_id: String,
+    pub reply: oneshot::Sender<Option<HoldRow>>,
+}
+
+/// What waits in a queue: requests that take stock, and ends of holds on the same products.
+enum Queued {
+    Take(Waiter),
+    End(EndWaiter),
+}
+
+impl Queued {
+    fn is_closed(&self) -> bool {
+        match self {
+            Self::Take(waiter) => waiter.reply.is_closed(),
+            Self::End(waiter) => waiter.reply.is_closed(),
+        }
+    }
+}
+
 /// What the batches did so far, for tests and operators.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct BatchStats {
@@ -44,6 +70,11 @@ pub struct BatchStats {
     pub batches: u64,
     /// Transactions committed by batches.
     pub commits: u64,
+    /// Reads of stock before judging (a batch judged against the stock its leader remembers
+    /// reads nothing).
+    pub reads: u64,
+    /// Confirms and cancels of holds decided inside a batch, not by a commit of their own.
+    pub ends: u64,
     /// Requests queued and not yet taken into a batch.
     pub waiting: usize,
 }
@@ -51,7 +82,20 @@ pub struct BatchStats {
 #[derive(Debug, Default)]
 pub(super) struct Counters {
     batches: AtomicU64,
-    pub commits: AtomicU64,
+    commits: AtomicU64,
+    reads: AtomicU64,
+    ends: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn count(&self, attempted: &Attempted) {
+        self.commits
+            .fetch_add(u64::from(attempted.wrote), Ordering::Relaxed);
+        self.reads
+            .fetch_add(u64::from(attempted.read), Ordering::Relaxed);
+        self.ends
+            .fetch_add(attempted.decided.len() as u64, Ordering::Relaxed);
+    }
 }
 
 /// Applies `POST /deductions` in batches. Cheap to clone; one per process.
@@ -64,8 +108,10 @@ struct Inner {
     db: PgPool,
     locker: Locker,
     /// A key is present exactly while a leader serves it.
-    queues: Mutex<HashMap<Vec<ProductId>, VecDeque<Waiter>>>,
+    queues: Mutex<HashMap<Vec<ProductId>, VecDeque<Queued>>>,
     counters: Counters,
+    /// The holds taken here and not yet ended: where their ends queue.
+    held_here: HeldHere,
 }
 
 impl std::fmt::Debug for Deductions {
@@ -84,6 +130,7 @@ impl Deductions {
                 locker,
                 queues: Mutex::default(),
                 counters: Counters::default(),
+                held_here: HeldHere::default(),
             }),
         }
     }
@@ -92,8 +139,15 @@ impl Deductions {
         BatchStats {
             batches: self.inner.counters.batches.load(Ordering::Relaxed),
             commits: self.inner.counters.commits.load(Ordering::Relaxed),
+            reads: self.inner.counters.reads.load(Ordering::Relaxed),
+            ends: self.inner.counters.ends.load(Ordering::Relaxed),
             waiting: self.queues().values().map(VecDeque::len).sum(),
         }
+    }
+
+    /// How many holds taken here have not been ended here yet (nor forgotten).
+    pub fn held_here(&self) -> usize {
+        self.inner.held_here.len()
     }
 
     /// Applies `request` once per deduction id, in the next batch for its products; a repeat
@@ -106,13 +160,38 @@ impl Deductions {
             request,
             reply,
         };
+        self.enqueue(key, Queued::Take(waiter));
+        answer
+            .await
+            .unwrap_or_else(|_| Err(anyhow!("the deduction batch stopped before answering").into()))
+    }
+
+    /// Runs `step` on `hold_id` in the next batch of its products, when this process took it
+    /// and no other end of it came here before: the hold as the batch's statement left it.
+    /// `None` when it was not taken here, or the statement did not change it (no longer
+    /// `HELD`, past its deadline for a confirm, locked by another writer, or the batch
+    /// failed): then the caller decides it the general way (`crate::holds::batched`), which
+    /// also words every refusal.
+    pub async fn end(&self, step: Step, hold_id: &str) -> Option<HoldRow> {
+        let key = self.inner.held_here.take(hold_id)?;
+        let (reply, answer) = oneshot::channel();
+        let waiter = EndWaiter {
+            step,
+            hold_id: hold_id.to_owned(),
+            reply,
+        };
+        self.enqueue(key, Queued::End(waiter));
+        answer.await.ok().flatten()
+    }
+
+    fn enqueue(&self, key: Vec<ProductId>, queued: Queued) {
         let lead = match self.queues().entry(key.clone()) {
             Entry::Occupied(mut queue) => {
-                queue.get_mut().push_back(waiter);
+                queue.get_mut().push_back(queued);
                 false
             }
             Entry::Vacant(slot) => {
-                slot.insert(VecDeque::from([waiter]));
+                slot.insert(VecDeque::from([queued]));
                 true
             }
         };
@@ -122,9 +201,6 @@ impl Deductions {
             // ends as soon as its queue is empty.
             tokio::spawn(self.clone().lead(key));
         }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(anyhow!("the deduction batch stopped before answering").into()))
     }
 
     async fn lead(self, key: Vec<ProductId>) {
@@ -137,7 +213,8 @@ impl Deductions {
         // reading (one round trip instead of two), its write checking that nothing moved.
         let mut remembered = None;
         loop {
-            let batch: Vec<Waiter> = {
+            let (mut batch, mut ends) = (Vec::new(), Vec::new());
+            {
                 let mut queues = self.queues();
                 let Some(queue) = queues.get_mut(&key).filter(|q| !q.is_empty()) else {
                     queues.remove(&key);
@@ -147,33 +224,42 @@ impl Deductions {
                 let size = queue.len().min(MAX_BATCH);
                 // A request whose client left (or timed out) while it queued is dropped
                 // unapplied: its client was not told it went through, and a retry with the
-                // same id applies it then.
-                queue
-                    .drain(..size)
-                    .filter(|w| !w.reply.is_closed())
-                    .collect()
-            };
-            if batch.is_empty() {
+                // same id applies it then (an end's retry goes the general way).
+                for queued in queue.drain(..size).filter(|q| !q.is_closed()) {
+                    match queued {
+                        Queued::Take(waiter) => batch.push(waiter),
+                        Queued::End(waiter) => ends.push(waiter),
+                    }
+                }
+            }
+            if batch.is_empty() && ends.is_empty() {
                 continue;
             }
             self.inner.counters.batches.fetch_add(1, Ordering::Relaxed);
-            let (answers, left) = batch::run(
+            let ran = batch::run(
                 &self.inner.db,
                 &self.inner.locker,
                 &self.inner.counters,
-                &batch,
+                &key,
+                (&batch, &ends),
                 remembered.take(),
             )
             .await;
-            remembered = left;
-            for (waiter, answer) in batch.into_iter().zip(answers) {
+            remembered = ran.left;
+            // Remembered before anyone is answered, so a confirm sent the moment its try is
+            // answered finds the way to this batch's products.
+            self.inner.held_here.remember(ran.placed);
+            for (waiter, answer) in batch.into_iter().zip(ran.answers) {
                 // A receiver that is gone was a client that left; its outcome is stored.
                 let _ = waiter.reply.send(answer);
+            }
+            for (waiter, ended) in ends.into_iter().zip(ran.ended) {
+                let _ = waiter.reply.send(ended);
             }
         }
     }
 
-    fn queues(&self) -> MutexGuard<'_, HashMap<Vec<ProductId>, VecDeque<Waiter>>> {
+    fn queues(&self) -> MutexGuard<'_, HashMap<Vec<ProductId>, VecDeque<Queued>>> {
         // Nothing panics while holding the lock, and the map stays consistent if it did.
         self.inner
             .queues

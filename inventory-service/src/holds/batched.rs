@@ -1,12 +1,16 @@
-//! Confirms and cancels by group commit: each kind has a queue, and a few workers each take
-//! everything waiting (up to [`MAX_BATCH`]) into one statement and one commit
-//! ([`super::queries::confirm_all`], [`super::queries::cancel_all`]). A confirm alone costs a
-//! commit, and with it a WAL flush every other commit waits behind; a cancel alone also writes
-//! its product's row, which a hot product's batches of tries and deductions then wait for. In
-//! a batch, a hot product's row is written once for all the cancels that give units back to
-//! it.
+//! Confirms and cancels of holds this process did not take (or whose first end it already
+//! saw), by group commit; the first end of a hold taken here rides in the next batch of its
+//! products instead (`crate::deductions`, decision 0064), and comes here only when that
+//! batch did not change the hold, to be decided and worded. Each kind has a queue, and a few
+//! workers each take everything waiting (up to [`MAX_BATCH`]) into one statement and one
+//! commit ([`super::queries::confirm_all`], [`super::queries::cancel_all`]). A confirm alone
+//! costs a commit, and with it a WAL flush every other commit waits behind; a cancel alone
+//! also writes its product's row, which a hot product's batches of tries and deductions then
+//! wait for. In a batch, a hot product's row is written once for all the cancels that give
+//! units back to it.
 //!
-//! A batch of one runs the same statement as a batch of a hundred: there is no other path.
+//! A batch of one runs the same statement as a batch of a hundred: there is no other path
+//! here.
 
 use std::collections::HashMap;
 use std::sync::Arc;

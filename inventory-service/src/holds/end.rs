@@ -1,5 +1,7 @@
 //! Ending a hold: what a confirm, a cancel and a read of one answer, from the row its
-//! statement returned ([`super::queries`]). The statement decides; this only words it.
+//! statement returned — the batch of its products' when this process took it
+//! ([`crate::deductions`]), else [`super::queries`] by way of [`super::batched`]. The
+//! statement decides; this only words it.
 
 use chrono::{DateTime, Utc};
 use shared::events::LineItem;
@@ -8,6 +10,7 @@ use sqlx::PgPool;
 use super::batched::{Ends, Step};
 use super::queries::{self, HoldRow};
 use super::view::{Hold, HoldState};
+use crate::deductions::Deductions;
 use crate::metrics;
 
 /// Why a confirm, cancel or read of a hold got no hold back.
@@ -48,13 +51,23 @@ pub async fn find(db: &PgPool, hold_id: &str) -> Result<Hold, HoldError> {
 }
 
 /// `POST /holds/{hold_id}/confirm`: `CONFIRMED` (again: the same), or why not.
-pub async fn confirm(ends: &Ends, hold_id: &str) -> Result<Hold, HoldError> {
+pub async fn confirm(
+    deductions: &Deductions,
+    ends: &Ends,
+    hold_id: &str,
+) -> Result<Hold, HoldError> {
+    // A hold taken here is confirmed in its products' next batch; one that batch did not
+    // confirm (and every other) is decided, and any refusal worded, the general way.
+    let mut in_batch = deductions.end(Step::Confirm, hold_id).await;
     for _ in 0..ATTEMPTS {
         let not_found = || HoldError::NotFound(hold_id.to_owned());
-        let row = ends
-            .run(Step::Confirm, hold_id)
-            .await?
-            .ok_or_else(not_found)?;
+        let row = match in_batch.take() {
+            Some(row) => row,
+            None => ends
+                .run(Step::Confirm, hold_id)
+                .await?
+                .ok_or_else(not_found)?,
+        };
         let hold = shown(&row)?.ok_or_else(not_found)?;
         match hold.state {
             HoldState::Confirmed => {
@@ -76,9 +89,18 @@ pub async fn confirm(ends: &Ends, hold_id: &str) -> Result<Hold, HoldError> {
 
 /// `POST /holds/{hold_id}/cancel`: `CANCELLED` with the units back (again: the same), `EXPIRED`
 /// when the deadline passed first, a tombstone when no try came yet, or why not.
-pub async fn cancel(ends: &Ends, hold_id: &str) -> Result<Hold, HoldError> {
+pub async fn cancel(
+    deductions: &Deductions,
+    ends: &Ends,
+    hold_id: &str,
+) -> Result<Hold, HoldError> {
+    let mut in_batch = deductions.end(Step::Cancel, hold_id).await;
     for _ in 0..ATTEMPTS {
-        let Some(row) = ends.run(Step::Cancel, hold_id).await? else {
+        let row = match in_batch.take() {
+            Some(row) => Some(row),
+            None => ends.run(Step::Cancel, hold_id).await?,
+        };
+        let Some(row) = row else {
             continue;
         };
         let Some(hold) = shown(&row)? else {

@@ -100,7 +100,9 @@ pub async fn confirm(
     Path(raw): Path<String>,
 ) -> Result<Json<Hold>, ApiError> {
     let id = hold_id(&raw)?;
-    Ok(Json(end::confirm(&state.hold_ends, id.as_str()).await?))
+    Ok(Json(
+        end::confirm(&state.deductions, &state.hold_ends, id.as_str()).await?,
+    ))
 }
 
 /// Cancel a hold: its units go back to stock, once (admin).
@@ -123,7 +125,9 @@ pub async fn cancel(
     Path(raw): Path<String>,
 ) -> Result<Json<Hold>, ApiError> {
     let id = hold_id(&raw)?;
-    Ok(Json(end::cancel(&state.hold_ends, id.as_str()).await?))
+    Ok(Json(
+        end::cancel(&state.deductions, &state.hold_ends, id.as_str()).await?,
+    ))
 }
 
 /// Read a hold (admin).

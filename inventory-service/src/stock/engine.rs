@@ -121,6 +121,25 @@ impl Ledger {
         changes
     }
 
+    /// [`Ledger::changes`], plus a change of nothing for every product of `products` it does
+    /// not change (with the version read, or none when not read): a write that adds units
+    /// decided elsewhere (a cancel's give-back, counted by the statement itself) still writes
+    /// each of them once, under the same version check.
+    pub fn changes_including(&self, products: &[ProductId]) -> Vec<Change> {
+        let mut changes = self.changes();
+        for &product_id in products {
+            if changes.iter().all(|change| change.product_id != product_id) {
+                changes.push(Change {
+                    product_id,
+                    delta: 0,
+                    version: self.read.get(&product_id).map(|entry| entry.row.version),
+                });
+            }
+        }
+        changes.sort_by_key(|change| change.product_id);
+        changes
+    }
+
     /// The stock as the batch leaves it once its [`Ledger::changes`] are written: each product
     /// read, with its stock left and the version the write gives it. `None` when the batch did
     /// not read every product of `products` (one is unknown): then there is nothing to trust.
@@ -247,6 +266,21 @@ mod tests {
         assert_eq!(
             changes,
             vec![(3, 1, None), (7, -2, Some(70)), (8, -2, Some(80))]
+        );
+    }
+
+    #[test]
+    fn changes_including_products_writes_each_once_with_the_version_read() {
+        let mut stock = ledger(&[(7, 5), (8, 5)]);
+        stock.take(&[item(8, 1)]).expect("taken");
+        let changes: Vec<(i64, i64, Option<i64>)> = stock
+            .changes_including(&[ProductId(7), ProductId(8), ProductId(9)])
+            .into_iter()
+            .map(|c| (c.product_id.0, c.delta, c.version))
+            .collect();
+        assert_eq!(
+            changes,
+            vec![(7, 0, Some(70)), (8, -1, Some(80)), (9, 0, None)]
         );
     }
 

@@ -16,15 +16,6 @@ use crate::helpers::{Answer, TestApp, eventually, patient};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-async fn waiting_reaches(app: &TestApp, waiting: usize) {
-    let deductions = app.deductions.clone();
-    eventually(WAIT, || {
-        let stats = deductions.stats();
-        async move { (stats.waiting == waiting).then_some(()) }
-    })
-    .await;
-}
-
 /// A batch whose leader waits for a product's lock held by "another process": whatever is sent
 /// meanwhile queues for the next batch.
 struct HeldBatch {
@@ -80,7 +71,7 @@ async fn two_batches(
     let mut tasks = vec![batch.opener];
     for (n, (id, items)) in queued.iter().enumerate() {
         tasks.push(app.deduct_in_task(id, items));
-        waiting_reaches(app, n + 1).await;
+        app.waiting_reaches(n + 1).await;
     }
     batch.held.release().await;
     let mut answers = Vec::new();
@@ -168,7 +159,7 @@ async fn a_hundred_deductions_queued_on_one_product_take_one_commit() {
     let batch = open_behind_a_held_lock(&app, 1, (&ids[0], &[(1, 1)])).await;
     let mut tasks = vec![batch.opener];
     tasks.extend(ids[1..].iter().map(|id| app.deduct_in_task(id, &[(1, 1)])));
-    waiting_reaches(&app, 100).await;
+    app.waiting_reaches(100).await;
     batch.held.release().await;
     for task in tasks {
         assert_eq!(task.await.expect("the request finishes").status, 200);
@@ -207,11 +198,11 @@ async fn a_deduction_whose_client_left_while_it_queued_is_not_applied() {
     app.create_product(1, 10).await;
     let batch = open_behind_a_held_lock(&app, 1, ("opener", &[(1, 1)])).await;
     let gone = app.deduct_in_task("gone", &[(1, 5)]);
-    waiting_reaches(&app, 1).await;
+    app.waiting_reaches(1).await;
     gone.abort();
     // The server learns of the closed connection and drops the waiting handler.
     let stayed = app.deduct_in_task("stayed", &[(1, 2)]);
-    waiting_reaches(&app, 2).await;
+    app.waiting_reaches(2).await;
     batch.held.release().await;
     assert_eq!(batch.opener.await.expect("the opener").status, 200);
     assert_eq!(stayed.await.expect("the one that stayed").status, 200);

@@ -352,13 +352,15 @@ async fn an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry
 }
 
 /// Waits until the batch's write waits on a lock another transaction holds.
+/// Waits until the batch's write (`record`, whose text begins so; `pg_stat_activity` keeps only
+/// its first kilobyte) waits for a lock.
 async fn wait_for_a_lock_wait(pool: &PgPool) {
     eventually(Duration::from_secs(30), || {
         let pool = pool.clone();
         async move {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO deductions%'",
+                 WHERE wait_event_type = 'Lock' AND query LIKE 'WITH ordered AS MATERIALIZED%'",
             )
             .fetch_one(&pool)
             .await
@@ -390,8 +392,12 @@ async fn apply_remembered(
         .iter()
         .map(|&(id, stock, version)| (ProductId(id), StockRow { stock, version }))
         .collect();
+    let products: Vec<ProductId> = requests
+        .first()
+        .map(|(request, _)| request.items.product_ids())
+        .unwrap_or_default();
     let mut conn = pool.acquire().await.expect("a connection");
-    batch::apply_on(&mut conn, &entries, Some(rows)).await
+    batch::apply_on(&mut conn, &products, &entries, &[], Some(rows)).await
 }
 
 #[tokio::test]

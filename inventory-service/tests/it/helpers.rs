@@ -120,6 +120,16 @@ impl TestApp {
         }
     }
 
+    /// Waits until exactly `waiting` requests are queued for the deductions' batches.
+    pub async fn waiting_reaches(&self, waiting: usize) {
+        let deductions = self.deductions.clone();
+        eventually(Duration::from_secs(30), || {
+            let stats = deductions.stats();
+            async move { (stats.waiting == waiting).then_some(()) }
+        })
+        .await;
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
     }

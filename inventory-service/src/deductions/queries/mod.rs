@@ -21,7 +21,7 @@ mod read;
 mod record;
 
 pub use read::read;
-pub use record::{NewDeduction, NewHold, Outcomes, record};
+pub use record::{NewDeduction, NewHold, Outcomes, Recorded, record};
 
 /// The first outcome of a deduction id or a hold's try, as its row keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! [`record`]: a batch's stock change and first outcomes, in one statement that commits them.
+//! [`record`]: a batch's stock change, first outcomes and hold ends, in one statement that
+//! commits them.
 
 use chrono::{DateTime, Utc};
 use shared::events::{LineItem, RejectionReason};
@@ -6,6 +7,7 @@ use shared::ids::ProductId;
 use sqlx::PgConnection;
 
 use super::StoredDeduction;
+use crate::holds::queries::HoldRow;
 use crate::stock::queries::{Change, StockRow};
 
 /// The first outcome of a deduction id, about to be recorded.
@@ -36,12 +38,31 @@ pub struct NewHold<'a> {
 pub struct Outcomes<'a> {
     pub deductions: Vec<NewDeduction<'a>>,
     pub holds: Vec<NewHold<'a>>,
+    /// Holds on the batch's products to confirm, if still `HELD` and before their deadline.
+    pub confirms: Vec<&'a str>,
+    /// Holds on the batch's products to cancel (or expire, past their deadline), if still
+    /// `HELD`: their units go back to stock in the batch's own update of the products.
+    pub cancels: Vec<&'a str>,
 }
 
 impl Outcomes<'_> {
     pub fn is_empty(&self) -> bool {
-        self.deductions.is_empty() && self.holds.is_empty()
+        self.deductions.is_empty()
+            && self.holds.is_empty()
+            && self.confirms.is_empty()
+            && self.cancels.is_empty()
     }
+}
+
+/// What [`record`] wrote besides the outcomes, as the database returned it.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    /// Every product the statement updated, with the stock and version it left.
+    pub written: Vec<(ProductId, StockRow)>,
+    /// The confirms and cancels that changed their hold, as they left it; an end missing here
+    /// found its hold no longer `HELD` (or, for a confirm, past its deadline), or locked by
+    /// another writer at that moment, and changed nothing.
+    pub decided: Vec<HoldRow>,
 }
 
 /// Writes `changes` (every one with the version it was read at), `deductions` and `holds` in one
@@ -49,12 +70,19 @@ impl Outcomes<'_> {
 /// no longer has the version the batch was judged at, or another writer recorded one of these
 /// ids meanwhile (a tombstone too), nothing, with a serialization failure (40001) that the
 /// caller retries (the next read then replays the id).
+///
+/// In the same statement it ends the holds of `confirms` and `cancels` that are still `HELD`
+/// and not locked by another writer (skipped, never waited for: a sweep or a cancel elsewhere
+/// that holds one decides it): their `held_units` go, and a cancel's units are added to its
+/// products in the same update as `changes`, which must therefore name every product of the
+/// cancelled holds (the batch's products: a hold joins the batch of exactly its products).
+/// An end that changed nothing is no failure; it is absent from [`Recorded::decided`].
 pub async fn record(
     conn: &mut PgConnection,
     judged: &[(ProductId, StockRow)],
     changes: &[Change],
     new: &Outcomes<'_>,
-) -> sqlx::Result<()> {
+) -> sqlx::Result<Recorded> {
     let judged_ids: Vec<i64> = judged.iter().map(|(id, _)| id.0).collect();
     let judged_versions: Vec<i64> = judged.iter().map(|(_, row)| row.version).collect();
     let ids: Vec<i64> = changes.iter().map(|c| c.product_id.0).collect();
@@ -103,20 +131,52 @@ pub async fn record(
     // session's `lock_timeout` fails the statement as contention. An insert of an id another
     // writer is inserting waits for it, and if it commits, skips the row, and the count says
     // so (a hold's units then skip theirs too, and go with the rollback).
-    sqlx::query_scalar!(
+    //
+    // The ends lock their holds with SKIP LOCKED: a hold another writer holds (the sweep, a
+    // confirm or cancel that came the general way) is left to it, so this statement, which
+    // holds the products' rows, never waits for a hold whose writer may be waiting for them.
+    let row = sqlx::query!(
         r#"WITH ordered AS MATERIALIZED (
                SELECT product_id FROM products WHERE product_id = ANY($1)
                 ORDER BY product_id FOR UPDATE
+           ), to_confirm AS MATERIALIZED (
+               SELECT hold_id FROM holds
+                WHERE hold_id = ANY($25) AND state = 'HELD' AND expires_at > now()
+                ORDER BY hold_id FOR UPDATE SKIP LOCKED
+           ), confirmed AS (
+               UPDATE holds AS h SET state = 'CONFIRMED', updated_at = now()
+                 FROM to_confirm AS l WHERE h.hold_id = l.hold_id
+               RETURNING h.hold_id, h.state, h.items, h.expires_at, h.created_at, h.updated_at
+           ), to_cancel AS MATERIALIZED (
+               SELECT hold_id FROM holds WHERE hold_id = ANY($26) AND state = 'HELD'
+                ORDER BY hold_id FOR UPDATE SKIP LOCKED
+           ), ended AS (
+               UPDATE holds AS h
+                  SET state = CASE WHEN h.expires_at <= now() THEN 'EXPIRED' ELSE 'CANCELLED' END,
+                      updated_at = now()
+                 FROM to_cancel AS l WHERE h.hold_id = l.hold_id
+               RETURNING h.hold_id, h.state, h.items, h.expires_at, h.created_at, h.updated_at
+           ), decided AS (
+               SELECT * FROM confirmed UNION ALL SELECT * FROM ended
+           ), freed AS (
+               DELETE FROM held_units AS u USING decided AS d WHERE u.hold_id = d.hold_id
+               RETURNING u.hold_id, u.product_id, u.quantity
+           ), back AS (
+               SELECT f.product_id, sum(f.quantity)::bigint AS quantity
+                 FROM freed AS f JOIN ended AS e ON e.hold_id = f.hold_id
+                GROUP BY f.product_id
            ), changed AS (
                UPDATE products AS p
-                  SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now()
+                  SET stock = p.stock + c.delta + coalesce(b.quantity, 0),
+                      version = p.version + 1, updated_at = now()
                  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
                       AS c (product_id, delta, version)
+                      LEFT JOIN back AS b ON b.product_id = c.product_id
                 WHERE p.product_id = c.product_id
                   AND (c.version IS NULL OR p.version = c.version)
                   AND p.stock + c.delta >= 0
                   AND (SELECT count(*) FROM ordered) > 0
-               RETURNING 1
+               RETURNING p.product_id, p.stock, p.version
            ), recorded AS (
                INSERT INTO deductions (deduction_id, fingerprint, items, status,
                                        rejection_reason, response_status, response_body)
@@ -154,7 +214,16 @@ pub async fn record(
                WHEN (SELECT count(*) FROM held) <> cardinality($13::text[])
                    THEN serialization_failure('a hold id of this batch was recorded meanwhile')
                ELSE true
-           END AS "recorded!""#,
+           END AS "recorded!",
+           ARRAY(SELECT product_id FROM changed ORDER BY product_id) AS "written_ids!",
+           ARRAY(SELECT stock FROM changed ORDER BY product_id) AS "written_stocks!",
+           ARRAY(SELECT version FROM changed ORDER BY product_id) AS "written_versions!",
+           ARRAY(SELECT hold_id FROM decided ORDER BY hold_id) AS "decided_ids!: Vec<String>",
+           ARRAY(SELECT state FROM decided ORDER BY hold_id) AS "decided_states!: Vec<String>",
+           ARRAY(SELECT items FROM decided ORDER BY hold_id) AS "decided_items!",
+           ARRAY(SELECT expires_at FROM decided ORDER BY hold_id) AS "decided_expiries!",
+           ARRAY(SELECT created_at FROM decided ORDER BY hold_id) AS "decided_created!",
+           now() AS "at!""#,
         &ids,
         &deltas,
         &versions as &[Option<i64>],
@@ -179,10 +248,40 @@ pub async fn record(
         &unit_holds as &[&str],
         &unit_products,
         &unit_quantities,
+        &new.confirms as &[&str],
+        &new.cancels as &[&str],
     )
     .fetch_one(conn)
-    .await
-    .map(drop)
+    .await?;
+    let written = row
+        .written_ids
+        .into_iter()
+        .zip(row.written_stocks)
+        .zip(row.written_versions)
+        .map(|((id, stock), version)| (ProductId(id), StockRow { stock, version }))
+        .collect();
+    let at = row.at;
+    let decided = row
+        .decided_ids
+        .into_iter()
+        .zip(row.decided_states)
+        .zip(row.decided_items)
+        .zip(row.decided_expiries)
+        .zip(row.decided_created)
+        .map(
+            |((((hold_id, state), items), expires_at), created_at)| HoldRow {
+                due: expires_at <= at,
+                hold_id,
+                state,
+                items,
+                expires_at: Some(expires_at),
+                created_at,
+                updated_at: at,
+                changed: true,
+            },
+        )
+        .collect();
+    Ok(Recorded { written, decided })
 }
 
 /// The columns every recorded first outcome has, deduction or hold.
