@@ -9,7 +9,9 @@
 //   k6 run k6/checkout.js
 //
 // Env: INVENTORY_URL, ADMIN_TOKEN (see k6/README.md), VUS (default 50), DURATION (default 30s),
-// EXPIRE_TTL_S (default 2: the TTL of the holds left to expire), SETTLE_TIMEOUT_S (default 60).
+// EXPIRE_TTL_S (default 2: the TTL of the holds left to expire), SETTLE_TIMEOUT_S (default 60),
+// MIX (default `standard`, the 8 / 1 / 1 above; `tries`: every hold left to expire, so each
+// iteration is one request and the tries' own rate shows; `confirms`: every hold confirmed).
 
 import http from 'k6/http';
 import { check, sleep } from 'k6';
@@ -22,6 +24,10 @@ const VUS = parseInt(__ENV.VUS || '50', 10);
 const DURATION = __ENV.DURATION || '30s';
 const EXPIRE_TTL_S = parseInt(__ENV.EXPIRE_TTL_S || '2', 10);
 const SETTLE_TIMEOUT_S = parseInt(__ENV.SETTLE_TIMEOUT_S || '60', 10);
+const MIX = __ENV.MIX || 'standard';
+if (!['standard', 'tries', 'confirms'].includes(MIX)) {
+  throw new Error(`MIX must be standard, tries or confirms, not ${MIX}`);
+}
 // The most a product may start with; no run here comes near using it up.
 const INITIAL_STOCK = 1000000000;
 
@@ -56,10 +62,16 @@ export function setup() {
   return { id, productId: id, initialStock: getProduct(id).stock };
 }
 
+// Standard: one iteration in ten is left to expire, one in ten cancelled, the rest confirmed.
+function fateOf(iteration) {
+  if (MIX === 'tries') return 'expire';
+  if (MIX === 'confirms') return 'confirm';
+  return iteration % 10 === 0 ? 'expire' : iteration % 10 === 5 ? 'cancel' : 'confirm';
+}
+
 export default function (data) {
   const holdId = `checkout-${data.id}-${__VU}-${__ITER}`;
-  // One iteration in ten is left to expire, one in ten cancelled, the rest confirmed.
-  const fate = __ITER % 10 === 0 ? 'expire' : __ITER % 10 === 5 ? 'cancel' : 'confirm';
+  const fate = fateOf(__ITER);
   const res = http.post(`${INVENTORY_URL}/holds`, JSON.stringify({
     hold_id: holdId,
     items: [{ product_id: data.productId, quantity: 1 }],

@@ -134,7 +134,10 @@ impl Config {
             redis_timeout: env::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
             amqp_urls: env::amqp_nodes("amqp://guest:guest@127.0.0.1:5672/%2f")?,
             admin_token: env::optional("ADMIN_TOKEN"),
-            inventory_url: env::string("INVENTORY_URL", "http://127.0.0.1:8081"),
+            inventory_url: http_url(
+                "INVENTORY_URL",
+                &env::string("INVENTORY_URL", "http://127.0.0.1:8081"),
+            )?,
             idempotency_token_ttl: env::positive_secs("IDEMPOTENCY_TOKEN_TTL_SECS", 3600)?,
             idempotency_token_secret: token_secret()?,
             request_timeout: env::positive_secs("REQUEST_TIMEOUT_SECS", 10)?,
@@ -177,5 +180,17 @@ impl Config {
             amqp_urls: &self.amqp_urls,
             tls: &self.tls,
         }
+    }
+}
+
+/// An http(s) URL with a host, checked at start: one that cannot be fetched would fail every
+/// call made with it for as long as the service runs.
+pub fn http_url(name: &str, raw: &str) -> anyhow::Result<String> {
+    match reqwest::Url::parse(raw.trim()) {
+        // As given (trimmed): the parsed form would end a bare host with `/`.
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
+            Ok(raw.trim().to_owned())
+        }
+        _ => anyhow::bail!("environment variable {name}={raw:?} is not an http(s) URL"),
     }
 }

@@ -106,10 +106,28 @@ pub fn database_urls(default: &str) -> anyhow::Result<Vec<String>> {
         bail!("environment variable {name} names no URL");
     }
     for url in &urls {
-        crate::storage::postgres::connect_options(url)
+        check_database_scheme(url)
+            .and_then(|()| crate::storage::postgres::connect_options(url))
             .with_context(|| format!("environment variable {name} is not valid"))?;
     }
     Ok(urls)
+}
+
+/// This build runs on PostgreSQL only: any other scheme stops the start rather than being
+/// spoken to as PostgreSQL. The URL itself is not repeated (it may carry a password).
+fn check_database_scheme(url: &str) -> anyhow::Result<()> {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("postgres" | "postgresql") => Ok(()),
+        Some(other @ ("mysql" | "mariadb")) => bail!(
+            "`{other}://`: MySQL and MariaDB are not supported by this build; it runs on \
+             PostgreSQL (`postgres://`)"
+        ),
+        Some(other) => bail!("unknown scheme `{other}://`: expected `postgres://`"),
+        None => bail!("not a URL: expected `postgres://…`"),
+    }
 }
 
 /// An AMQP URL, checked at start: the broker supervisor connects lazily and would otherwise
@@ -165,6 +183,35 @@ fn check_amqp_url(url: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_url_must_be_postgresql_and_a_refusal_never_repeats_it() {
+        for good in [
+            "postgres://postgres@127.0.0.1:5432/orders",
+            "PostgreSQL://u:p@db/orders?sslmode=require",
+        ] {
+            assert!(check_database_scheme(good).is_ok(), "{good}");
+        }
+        for (bad, says) in [
+            (
+                "mysql://root:secret@127.0.0.1:3306/orders",
+                "MySQL and MariaDB",
+            ),
+            (
+                "mariadb://root:secret@127.0.0.1:3306/orders",
+                "MySQL and MariaDB",
+            ),
+            (
+                "foo://root:secret@127.0.0.1/orders",
+                "unknown scheme `foo://`",
+            ),
+            ("root:secret@127.0.0.1/orders", "not a URL"),
+        ] {
+            let refusal = check_database_scheme(bad).expect_err(bad).to_string();
+            assert!(refusal.contains(says), "{bad}: {refusal}");
+            assert!(!refusal.contains("secret"), "{refusal}");
+        }
+    }
 
     #[test]
     fn a_list_of_amqp_urls_keeps_its_order_and_refuses_a_bad_or_empty_entry() {

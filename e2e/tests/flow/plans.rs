@@ -1,13 +1,14 @@
-//! The plans of order intake's own session, where each statement is planned once for any
-//! values (`order_service::orders::intake::session`, decision 0063). A plan made on an empty
-//! table stays in use as the table grows, so it must read the tables by their indexes, never
-//! by scanning them whole: each statement that session runs, as the workspace checks it at
-//! build time (the query data in `.sqlx/`), is prepared here on a fresh, empty database with
-//! that session's settings, and its plan is read back with `EXPLAIN EXECUTE`.
+//! The plans of the sessions that plan each statement once, for any values
+//! (`platform::storage::postgres::planned_once`, decision 0063): order intake's, and each
+//! leader's of `POST /deductions` batches. A plan made on an empty table stays in use as the
+//! table grows, so it must read the tables by their indexes, never by scanning them whole:
+//! each statement those sessions run, as the workspace checks it at build time (the query data
+//! in `.sqlx/`), is prepared here on a fresh, empty database with their settings, and its plan
+//! is read back with `EXPLAIN EXECUTE`.
 //!
 //! The other sessions plan each statement for its values; run over every statement of both
 //! services, the same check finds generic plans that read `orders`, `products` and `outbox`
-//! through a whole index, which is why planning once stays the intake's alone.
+//! through a whole index, which is why planning once stays with these two writers.
 
 use serde_json::Value;
 use testkit::TestDatabase;
@@ -25,7 +26,14 @@ fn intake_statement(query: &str) -> bool {
     query.contains("INSERT INTO orders") || query.contains("FROM idempotency_keys WHERE token")
 }
 
-fn checked_statements() -> Vec<Checked> {
+/// The statements a deductions leader's session runs: the batch's read (stock and stored
+/// outcomes) and its write.
+fn deductions_statement(query: &str) -> bool {
+    let read = query.contains(r#"AS "kind!""#) && query.contains("FROM deductions AS d");
+    read || query.contains(r#"AS "recorded!""#)
+}
+
+fn checked_statements(runs_there: fn(&str) -> bool) -> Vec<Checked> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.sqlx");
     let mut statements: Vec<Checked> = std::fs::read_dir(&dir)
         .expect("the query data")
@@ -44,7 +52,7 @@ fn checked_statements() -> Vec<Checked> {
                 parameters,
             }
         })
-        .filter(|checked| intake_statement(&checked.query))
+        .filter(|checked| runs_there(&checked.query))
         .collect();
     statements.sort_by(|a, b| a.file.cmp(&b.file));
     statements
@@ -75,22 +83,41 @@ fn whole_table_reads(plan: &Value, limited: bool) -> Vec<String> {
 #[tokio::test]
 async fn the_intakes_statements_planned_once_on_empty_tables_read_them_by_index() {
     let orders = TestDatabase::create("plans_orders", &order_service::MIGRATOR).await;
-    let statements = checked_statements();
+    let statements = checked_statements(intake_statement);
     assert_eq!(statements.len(), 2, "the insert and the lookup by token");
-    let mut conn = orders.pool.acquire().await.expect("a pooled connection");
+    assert_read_by_index(&orders, "orders, idempotency_keys, outbox", &statements).await;
+}
+
+#[tokio::test]
+async fn a_deductions_leaders_statements_planned_once_on_empty_tables_read_them_by_index() {
+    let stock = TestDatabase::create("plans_stock", &inventory_service::MIGRATOR).await;
+    let statements = checked_statements(deductions_statement);
+    assert_eq!(statements.len(), 2, "the batch's read and its write");
+    assert_read_by_index(
+        &stock,
+        "products, deductions, holds, held_units",
+        &statements,
+    )
+    .await;
+}
+
+/// Prepares each of `statements` on `db` with the settings of a session that plans once,
+/// after `tables` were analysed empty, and fails on any plan that reads a table whole.
+async fn assert_read_by_index(db: &TestDatabase, tables: &str, statements: &[Checked]) {
+    let mut conn = db.pool.acquire().await.expect("a pooled connection");
     conn.close_on_drop();
     // Statistics that say the tables are empty, as the first ANALYZE of a new database
     // leaves them: the planner then finds a scan of the whole table cheapest.
-    sqlx::raw_sql("ANALYZE orders, idempotency_keys, outbox")
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("ANALYZE {tables}")))
         .execute(&mut *conn)
         .await
         .expect("analyze");
-    sqlx::raw_sql(order_service::orders::intake::session::SETTINGS)
+    sqlx::raw_sql(platform::storage::postgres::planned_once::SETTINGS)
         .execute(&mut *conn)
         .await
-        .expect("the intake's settings");
+        .expect("the session's settings");
     let mut whole = Vec::new();
-    for statement in &statements {
+    for statement in statements {
         let prepare = format!("PREPARE plan_check AS {}", statement.query);
         sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
             .execute(&mut *conn)

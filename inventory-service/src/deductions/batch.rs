@@ -32,8 +32,10 @@ use std::collections::HashMap;
 
 use anyhow::anyhow;
 use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
+use platform::storage::postgres::planned_once;
 use shared::ids::ProductId;
-use sqlx::{PgConnection, PgPool};
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::error::DeductionError;
 use super::judge::{self, Candidate, Judged};
@@ -78,6 +80,10 @@ pub enum Verdict {
 /// a wrong answer.
 pub type Remembered = Vec<(ProductId, StockRow)>;
 
+/// The session a leader writes its batches on, kept from batch to batch: each statement is
+/// planned once there (`planned_once`).
+pub(super) type Session = PoolConnection<Postgres>;
+
 /// A confirm or cancel of a hold on exactly the batch's products, taken by this process
 /// (`crate::holds::held_here`): it rides in the batch's statement instead of a commit of its
 /// own, and a cancel's give-back goes into the batch's own update of the products, so the
@@ -117,7 +123,7 @@ pub(super) struct Ran {
 /// Applies `batch` (every request for `products`) and its `ends`, and answers each; also
 /// returns the stock it left, for the next batch of the same products to start from.
 pub(super) async fn run(
-    db: &PgPool,
+    (db, session): (&PgPool, &mut Option<Session>),
     locker: &Locker,
     counters: &Counters,
     products: &[ProductId],
@@ -141,7 +147,7 @@ pub(super) async fn run(
     let mut retry = Retry::new(locker.options().wait);
     loop {
         let attempted = attempt(
-            db,
+            (db, &mut *session),
             locker,
             products,
             (&entries, &end_entries),
@@ -197,30 +203,40 @@ fn products_of(entries: &[Entry<'_>]) -> Vec<ProductId> {
 }
 
 async fn attempt(
-    db: &PgPool,
+    (db, session): (&PgPool, &mut Option<Session>),
     locker: &Locker,
     products: &[ProductId],
     batch: (&[Entry<'_>], &[End<'_>]),
     remembered: Option<Remembered>,
 ) -> Result<Attempted, AttemptError> {
     let locks = locker.acquire_all(products).await?;
-    let result = apply_under(&locks, db, products, batch, remembered).await;
+    let result = apply_under(&locks, (db, &mut *session), products, batch, remembered).await;
     locks.release().await;
+    // A session whose statement failed other than by losing a race (a broken connection, a
+    // failover) is not kept for the next batch.
+    if let Err(AttemptError::Refused(DeductionError::Database(error))) = &result
+        && !platform::messaging::consumer::is_database_contention(error)
+    {
+        *session = None;
+    }
     result
 }
 
 async fn apply_under(
     locks: &Locks,
-    db: &PgPool,
+    (db, session): (&PgPool, &mut Option<Session>),
     products: &[ProductId],
     (entries, ends): (&[Entry<'_>], &[End<'_>]),
     remembered: Option<Remembered>,
 ) -> Result<Attempted, AttemptError> {
     // A lock that expired while its holder was paused: give it up before writing anything.
     locks.ensure_held()?;
-    let mut conn = db.acquire().await?;
+    let conn = match session {
+        Some(conn) => conn,
+        None => session.insert(planned_once::open(db).await?),
+    };
     if remembered.is_some() {
-        match apply_on(&mut conn, products, entries, ends, remembered).await {
+        match apply_on(conn, products, entries, ends, remembered).await {
             // The memory was stale (another writer, a restock), or an id of the batch was
             // stored before it: nothing was written; read, still under the same locks.
             Err(DeductionError::Database(error))
@@ -231,7 +247,7 @@ async fn apply_under(
             done => return Ok(done?),
         }
     }
-    Ok(apply_on(&mut conn, products, entries, ends, None).await?)
+    Ok(apply_on(conn, products, entries, ends, None).await?)
 }
 
 /// One attempt at a batch on `conn`, without lock, retry or ends: reads, judges every

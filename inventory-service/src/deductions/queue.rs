@@ -16,11 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::anyhow;
+use platform::storage::postgres::planned_once;
 use shared::ids::ProductId;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 
-use super::batch::{self, Attempted};
+use super::batch::{self, Attempted, Session};
 use super::error::DeductionError;
 use super::request::DeductionRequest;
 use crate::holds::batched::Step;
@@ -112,7 +113,15 @@ struct Inner {
     counters: Counters,
     /// The holds taken here and not yet ended: where their ends queue.
     held_here: HeldHere,
+    /// Sessions of leaders that ended, for the next leaders (at most [`KEPT_SESSIONS`]).
+    sessions: Mutex<Vec<Session>>,
 }
+
+/// Sessions kept between leaders: a leader plans its statements once per session, so a new
+/// leader (one per hot product, one per request when idle) takes a kept session rather than
+/// preparing and planning them again. Each keeps one pooled connection out of the pool, so a
+/// small pool keeps fewer, or none (`planned_once::keepable`).
+const KEPT_SESSIONS: usize = 2;
 
 impl std::fmt::Debug for Deductions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,6 +140,7 @@ impl Deductions {
                 queues: Mutex::default(),
                 counters: Counters::default(),
                 held_here: HeldHere::default(),
+                sessions: Mutex::default(),
             }),
         }
     }
@@ -212,13 +222,19 @@ impl Deductions {
         // The stock this leader's last batch left: the next one is judged against it without
         // reading (one round trip instead of two), its write checking that nothing moved.
         let mut remembered = None;
+        let mut session = self.sessions().pop();
         loop {
             let (mut batch, mut ends) = (Vec::new(), Vec::new());
             {
                 let mut queues = self.queues();
                 let Some(queue) = queues.get_mut(&key).filter(|q| !q.is_empty()) else {
                     queues.remove(&key);
+                    drop(queues);
                     leading.armed = false;
+                    let mut kept = self.sessions();
+                    if kept.len() < KEPT_SESSIONS.min(planned_once::keepable(&self.inner.db)) {
+                        kept.extend(session);
+                    }
                     return;
                 };
                 let size = queue.len().min(MAX_BATCH);
@@ -237,7 +253,7 @@ impl Deductions {
             }
             self.inner.counters.batches.fetch_add(1, Ordering::Relaxed);
             let ran = batch::run(
-                &self.inner.db,
+                (&self.inner.db, &mut session),
                 &self.inner.locker,
                 &self.inner.counters,
                 &key,
@@ -257,6 +273,13 @@ impl Deductions {
                 let _ = waiter.reply.send(ended);
             }
         }
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, Vec<Session>> {
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn queues(&self) -> MutexGuard<'_, HashMap<Vec<ProductId>, VecDeque<Queued>>> {

@@ -9,7 +9,7 @@ use crate::input::{Invalid, product_id};
 
 pub const MAX_NAME_CHARS: usize = 200;
 pub const MAX_INITIAL_STOCK: i64 = 1_000_000_000;
-pub const MAX_RESTOCK_QUANTITY: i64 = 1_000_000;
+pub const MAX_RESTOCK_QUANTITY: i64 = MAX_INITIAL_STOCK;
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
 
 /// A product as the API shows it.
@@ -69,7 +69,8 @@ impl NewProduct {
     }
 }
 
-/// Units to add to a product's stock: 1 to 1,000,000.
+/// Units to add to a product's stock: 1 to 1,000,000,000, as much as a product may start with
+/// (the contract sets no maximum; this one keeps a sum far from `bigint`'s limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RestockQuantity(i64);
 

@@ -38,8 +38,8 @@ pub struct CreateProduct {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"quantity": 5}))]
 pub struct RestockBody {
-    /// Units to add, 1 to 1,000,000.
-    #[schema(minimum = 1, maximum = 1_000_000)]
+    /// Units to add, 1 to 1,000,000,000 (as much as a product may start with).
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub quantity: i64,
 }
 

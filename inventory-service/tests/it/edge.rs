@@ -49,3 +49,19 @@ async fn past_its_burst_a_client_gets_429_with_retry_after() {
         assert_ne!(response.status(), 429, "{path}");
     }
 }
+
+#[tokio::test]
+async fn with_a_pool_of_one_connection_no_deductions_leader_keeps_a_session() {
+    // A leader's session plans its statements once and may be kept for the next leader in a
+    // pool large enough to spare it; kept in a pool of one, it would leave every other request
+    // waiting for the acquire timeout (503) after the first deduction.
+    let app = TestApp::spawn_with(|c| c.database_max_connections = 1).await;
+    app.create_product(1, 10).await;
+    for n in 1..=3 {
+        let response = app.deduct(&format!("order-{n}"), &[(1, 1)]).await;
+        assert_eq!(response.status(), 200, "deduction {n}");
+        let product = app.get("/products/1").await;
+        assert_eq!(product.status(), 200, "GET after deduction {n}");
+    }
+    assert_eq!(app.stock(1).await, 7);
+}

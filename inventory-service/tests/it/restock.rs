@@ -68,7 +68,7 @@ async fn a_refused_restock_does_not_use_up_its_key() {
 async fn restock_input_out_of_range_is_a_422_and_changes_nothing() {
     let app = TestApp::spawn().await;
     app.create_product(1, 3).await;
-    for quantity in [0, -1, 1_000_001] {
+    for quantity in [0, -1, 1_000_000_001] {
         assert_problem(
             app.restock(1, quantity, None).await,
             422,
@@ -128,4 +128,12 @@ async fn concurrent_restocks_with_one_key_add_once() {
     );
     assert!(answers.windows(2).all(|w| w[0].1 == w[1].1));
     assert_eq!(app.stock(1).await, 5);
+}
+
+#[tokio::test]
+async fn a_shipment_as_large_as_a_products_first_stock_is_one_restock() {
+    let app = TestApp::spawn().await;
+    app.create_product(1, 0).await;
+    assert_eq!(app.restock(1, 1_000_000_000, None).await.status(), 200);
+    assert_eq!(app.stock(1).await, 1_000_000_000);
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use anyhow::bail;
 use platform::config as env;
 
+use crate::config::http_url;
+
 /// RFC 7518 §3.2: an HS256 key must be at least as long as the hash, 256 bits.
 const MIN_SECRET_BYTES: usize = 32;
 
@@ -73,7 +75,11 @@ impl IdentityConfig {
                  {MIN_SECRET_BYTES} bytes long"
             ),
             (Some(secret), None) => Some(KeySource::Secret(secret.into_bytes())),
-            (None, Some(url)) => Some(KeySource::Jwks(JwksSettings::new(jwks_url(&url)?))),
+            // A URL that cannot be fetched would refuse every user.
+            (None, Some(url)) => Some(KeySource::Jwks(JwksSettings::new(http_url(
+                "AUTH_JWKS_URL",
+                &url,
+            )?))),
             (None, None) => None,
         };
         let issuer = env::optional("AUTH_JWT_ISSUER");
@@ -101,15 +107,5 @@ impl IdentityConfig {
 
     pub fn is_on(&self) -> bool {
         self.keys.is_some()
-    }
-}
-
-/// `AUTH_JWKS_URL`, checked at start: a URL that cannot be fetched would refuse every user.
-fn jwks_url(raw: &str) -> anyhow::Result<String> {
-    match reqwest::Url::parse(raw.trim()) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
-            Ok(url.into())
-        }
-        _ => bail!("environment variable AUTH_JWKS_URL={raw:?} is not an http(s) URL"),
     }
 }

@@ -5,7 +5,10 @@ use serde::Deserialize;
 
 /// An amount as the client sent it, before validation.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "amount must be a JSON number or a decimal string"
+)]
 pub enum AmountInput {
     Number(serde_json::Number),
     Text(String),

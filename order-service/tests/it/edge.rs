@@ -135,3 +135,17 @@ async fn rate_limits_are_off_by_default() {
         assert_eq!(app.get(&path).await.status(), 404);
     }
 }
+
+#[tokio::test]
+async fn with_a_pool_of_one_connection_the_intake_keeps_none_between_batches() {
+    // The intake plans its statement once on a session of its own, kept from batch to batch
+    // in a pool large enough to spare it; kept in a pool of one, it would leave every other
+    // request waiting for the acquire timeout (503) after the first order.
+    let app = TestApp::spawn_with(|c| c.database_max_connections = 1).await;
+    for user in 1..=3 {
+        let order = app.create_order(&order_body(user, 1, 1)).await;
+        let id = order["order_id"].as_str().expect("order_id");
+        let response = app.get(&format!("/orders/{id}")).await;
+        assert_eq!(response.status(), 200, "GET after order {user}");
+    }
+}

@@ -29,6 +29,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("AUTH_JWT_SECRET", "shorter than 32 bytes"),
     ("AUTH_JWKS_URL", "not a url"),
     ("AUTH_JWKS_URL", "ftp://id.example/jwks.json"),
+    ("INVENTORY_URL", "notaurl"),
+    ("INVENTORY_URL", "ftp://127.0.0.1:8081"),
     // A claim check without identity would check nothing.
     ("AUTH_JWT_ISSUER", "https://id.example"),
     ("AUTH_JWT_AUDIENCE", "orders"),

@@ -45,19 +45,99 @@ impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
 /// key holding a control character is a 422 whatever the target type does with it, so no
 /// such string reaches the database (PostgreSQL refuses NUL in `text`).
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
-    let classify = |e: serde_json::Error| match e.classify() {
-        serde_json::error::Category::Data => Problem::validation(e.to_string()),
-        _ if bytes.iter().all(u8::is_ascii_whitespace) => {
+    if !shared::text::json_may_hold_control(bytes) {
+        return serde_json::from_slice(bytes).map_err(|e| refusal(bytes, &e));
+    }
+    let document: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| refusal(bytes, &e))?;
+    shared::text::check_json(&document).map_err(Problem::validation)?;
+    T::deserialize(document).map_err(|e| Problem::validation(worded(&e)))
+}
+
+/// Why `bytes` were refused, `error` being what serde met first. serde reads and checks types
+/// in one pass, so its first error does not tell a broken document from a well-formed one
+/// with a wrong value: `{"n": 1e4x}` fails on the float before the `x`, and `1e400` or a
+/// number where a field takes one of some names fail as "syntax". The document's grammar,
+/// checked on its own (`IgnoredAny` builds no value), decides: not JSON is a 400, JSON is a 422.
+fn refusal(bytes: &[u8], error: &serde_json::Error) -> Problem {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        Err(_) if bytes.iter().all(u8::is_ascii_whitespace) => {
             Problem::malformed_json("the request body is empty; a JSON document is required")
         }
-        _ => Problem::malformed_json(e.to_string()),
-    };
-    if !shared::text::json_may_hold_control(bytes) {
-        return serde_json::from_slice(bytes).map_err(classify);
+        Err(grammar) => Problem::malformed_json(grammar.to_string()),
+        // Well-formed, yet serde's reader refused it (a number no type holds, a value where
+        // only certain names are accepted): it says "syntax" and names no field.
+        Ok(_) if !error.is_data() => Problem::validation(format!(
+            "the value at line {} column {} is not one its field accepts",
+            error.line(),
+            error.column()
+        )),
+        Ok(_) => Problem::validation(worded(error)),
     }
-    let document: serde_json::Value = serde_json::from_slice(bytes).map_err(classify)?;
-    shared::text::check_json(&document).map_err(Problem::validation)?;
-    T::deserialize(document).map_err(|e| Problem::validation(e.to_string()))
+}
+
+/// A parse error as a client may read it: serde names the Rust types it expected (`struct
+/// CreateOrderRequest`, `untagged enum AmountInput`), which are no business of the API's; they
+/// become what the client should send instead.
+fn worded(error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message.as_str();
+    while let Some((at, kind, name_len)) = next_type_name(rest) {
+        let before = &rest[..at];
+        match kind {
+            "struct " => {
+                out.push_str(before);
+                out.push_str("a JSON object");
+            }
+            "untagged enum " => {
+                out.push_str(
+                    before
+                        .strip_suffix("did not match any variant of ")
+                        .unwrap_or(before),
+                );
+                out.push_str("matched none of the accepted forms");
+            }
+            _ => {
+                out.push_str(before);
+                out.push_str("one of the documented values");
+            }
+        }
+        rest = &rest[at + kind.len() + name_len..];
+        // `… with 3 elements` counts the fields of the Rust struct, not anything sent.
+        if let Some(after) = rest.strip_prefix(" with ")
+            && let Some(end) = after.find(" elements")
+            && after[..end].chars().all(|c| c.is_ascii_digit())
+        {
+            rest = &after[end + " elements".len()..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The first `struct Name`, `untagged enum Name` or `enum Name` in `text`: where it starts,
+/// which keyword, and the length of the name after it.
+fn next_type_name(text: &str) -> Option<(usize, &'static str, usize)> {
+    ["untagged enum ", "struct ", "enum "]
+        .into_iter()
+        .filter_map(|kind| {
+            let mut from = 0;
+            while let Some(found) = text[from..].find(kind) {
+                let at = from + found;
+                let name = &text[at + kind.len()..];
+                let len = name
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(name.len());
+                let starts_a_word = at == 0 || text[..at].ends_with(' ');
+                if len > 0 && starts_a_word && name.starts_with(|c: char| c.is_ascii_uppercase()) {
+                    return Some((at, kind, len));
+                }
+                from = at + kind.len();
+            }
+            None
+        })
+        .min_by_key(|&(at, kind, _)| (at, std::cmp::Reverse(kind.len())))
 }
 
 pub fn payload_too_large() -> Problem {
@@ -172,6 +252,77 @@ mod tests {
             assert_eq!(problem.status, *status, "{body}");
         }
         assert!(parse::<Body>(b"{\"n\": 1}").is_ok());
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct CreateThing {
+        name: String,
+        count: u8,
+        shape: Shape,
+        either: Either,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    enum Shape {
+        Round,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(untagged)]
+    #[allow(dead_code)]
+    enum Either {
+        Number(u8),
+        Text(String),
+    }
+
+    #[test]
+    fn refusals_never_name_the_types_behind_the_api() {
+        for body in [
+            "null",
+            "[1]",
+            "[1, 2, 3, 4, 5]",
+            r#"{"name": "a", "count": 1, "shape": 7, "either": 1}"#,
+            r#"{"name": "a", "count": 1, "shape": "Round", "either": true}"#,
+            r#"{"name": "a", "count": 1, "shape": "Round", "either": [1]}"#,
+        ] {
+            let problem = parse::<CreateThing>(body.as_bytes()).expect_err(body);
+            assert_eq!(problem.status, 422, "{body}");
+            for internal in [
+                "CreateThing",
+                "Shape",
+                "Either",
+                "struct",
+                "enum",
+                "elements",
+            ] {
+                assert!(
+                    !problem.detail.contains(internal),
+                    "{body}: {}",
+                    problem.detail
+                );
+            }
+        }
+        let problem = parse::<CreateThing>(b"null").expect_err("null");
+        assert!(
+            problem
+                .detail
+                .starts_with("invalid type: null, expected a JSON object"),
+            "{}",
+            problem.detail
+        );
+    }
+
+    #[test]
+    fn a_number_no_type_can_hold_is_out_of_range_not_broken() {
+        let problem = parse::<Body>(br#"{"n": 1e400}"#).expect_err("1e400");
+        assert_eq!(problem.status, 422, "{}", problem.detail);
+        assert_eq!(
+            parse::<Body>(br#"{"n": 1e4x}"#).expect_err("1e4x").status,
+            400,
+            "a number that is not one is still broken JSON"
+        );
     }
 
     #[derive(Debug, serde::Deserialize)]

@@ -1,5 +1,6 @@
 //! Database bootstrap: create the service's database when it is missing, connect, migrate.
 
+pub mod planned_once;
 pub mod primary;
 
 use std::sync::Arc;

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use shared::events::{LineItem, RejectionReason};
 use shared::ids::ProductId;
 use sqlx::PgConnection;
+use sqlx::types::Json;
 
 use super::StoredDeduction;
 use crate::holds::queries::HoldRow;
@@ -135,44 +136,43 @@ pub async fn record(
     // The ends lock their holds with SKIP LOCKED: a hold another writer holds (the sweep, a
     // confirm or cancel that came the general way) is left to it, so this statement, which
     // holds the products' rows, never waits for a hold whose writer may be waiting for them.
+    //
+    // The statement runs on a session that plans it once for any values (`planned_once`), so
+    // every table is reached through its key by a condition on a parameter (`= ANY($n)`, even
+    // where a join already implies it), and the holds' state is judged on the locked rows rather
+    // than in the index search: a generic plan made on empty tables would otherwise scan
+    // `holds_due_idx` or a whole primary key (`e2e/tests/flow/plans.rs`).
     let row = sqlx::query!(
         r#"WITH ordered AS MATERIALIZED (
                SELECT product_id FROM products WHERE product_id = ANY($1)
                 ORDER BY product_id FOR UPDATE
-           ), to_confirm AS MATERIALIZED (
-               SELECT hold_id FROM holds
-                WHERE hold_id = ANY($25) AND state = 'HELD' AND expires_at > now()
+           ), ending AS MATERIALIZED (
+               SELECT hold_id, state, expires_at FROM holds
+                WHERE hold_id = ANY($25::text[] || $26::text[])
                 ORDER BY hold_id FOR UPDATE SKIP LOCKED
-           ), confirmed AS (
-               UPDATE holds AS h SET state = 'CONFIRMED', updated_at = now()
-                 FROM to_confirm AS l WHERE h.hold_id = l.hold_id
-               RETURNING h.hold_id, h.state, h.items, h.expires_at, h.created_at, h.updated_at
-           ), to_cancel AS MATERIALIZED (
-               SELECT hold_id FROM holds WHERE hold_id = ANY($26) AND state = 'HELD'
-                ORDER BY hold_id FOR UPDATE SKIP LOCKED
-           ), ended AS (
-               UPDATE holds AS h
-                  SET state = CASE WHEN h.expires_at <= now() THEN 'EXPIRED' ELSE 'CANCELLED' END,
-                      updated_at = now()
-                 FROM to_cancel AS l WHERE h.hold_id = l.hold_id
-               RETURNING h.hold_id, h.state, h.items, h.expires_at, h.created_at, h.updated_at
            ), decided AS (
-               SELECT * FROM confirmed UNION ALL SELECT * FROM ended
+               UPDATE holds AS h
+                  SET state = CASE WHEN h.hold_id = ANY($25) THEN 'CONFIRMED'
+                                   WHEN h.expires_at <= now() THEN 'EXPIRED'
+                                   ELSE 'CANCELLED' END,
+                      updated_at = now()
+                WHERE h.hold_id = ANY (ARRAY(
+                          SELECT hold_id FROM ending
+                           WHERE state = 'HELD' AND (expires_at > now() OR hold_id = ANY($26))))
+               RETURNING h.hold_id, h.state, h.items, h.expires_at, h.created_at
            ), freed AS (
-               DELETE FROM held_units AS u USING decided AS d WHERE u.hold_id = d.hold_id
-               RETURNING u.hold_id, u.product_id, u.quantity
-           ), back AS (
-               SELECT f.product_id, sum(f.quantity)::bigint AS quantity
-                 FROM freed AS f JOIN ended AS e ON e.hold_id = f.hold_id
-                GROUP BY f.product_id
+               DELETE FROM held_units
+                WHERE hold_id = ANY (ARRAY(SELECT hold_id FROM decided))
+               RETURNING hold_id, product_id, quantity
            ), changed AS (
                UPDATE products AS p
-                  SET stock = p.stock + c.delta + coalesce(b.quantity, 0),
+                  SET stock = p.stock + c.delta + coalesce(
+                          (SELECT sum(f.quantity) FROM freed AS f
+                            WHERE f.product_id = p.product_id AND f.hold_id = ANY($26)), 0),
                       version = p.version + 1, updated_at = now()
                  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
                       AS c (product_id, delta, version)
-                      LEFT JOIN back AS b ON b.product_id = c.product_id
-                WHERE p.product_id = c.product_id
+                WHERE p.product_id = ANY($1) AND p.product_id = c.product_id
                   AND (c.version IS NULL OR p.version = c.version)
                   AND p.stock + c.delta >= 0
                   AND (SELECT count(*) FROM ordered) > 0
@@ -204,7 +204,8 @@ pub async fn record(
            SELECT CASE
                WHEN (SELECT count(*) FROM products AS p
                        JOIN unnest($11::bigint[], $12::bigint[]) AS j (product_id, version)
-                         ON p.product_id = j.product_id AND p.version = j.version)
+                         ON p.product_id = j.product_id AND p.version = j.version
+                      WHERE p.product_id = ANY($11))
                     <> cardinality($11::bigint[])
                    THEN serialization_failure('a product moved since the batch was judged')
                WHEN (SELECT count(*) FROM changed) <> cardinality($1::bigint[])
@@ -215,14 +216,9 @@ pub async fn record(
                    THEN serialization_failure('a hold id of this batch was recorded meanwhile')
                ELSE true
            END AS "recorded!",
-           ARRAY(SELECT product_id FROM changed ORDER BY product_id) AS "written_ids!",
-           ARRAY(SELECT stock FROM changed ORDER BY product_id) AS "written_stocks!",
-           ARRAY(SELECT version FROM changed ORDER BY product_id) AS "written_versions!",
-           ARRAY(SELECT hold_id FROM decided ORDER BY hold_id) AS "decided_ids!: Vec<String>",
-           ARRAY(SELECT state FROM decided ORDER BY hold_id) AS "decided_states!: Vec<String>",
-           ARRAY(SELECT items FROM decided ORDER BY hold_id) AS "decided_items!",
-           ARRAY(SELECT expires_at FROM decided ORDER BY hold_id) AS "decided_expiries!",
-           ARRAY(SELECT created_at FROM decided ORDER BY hold_id) AS "decided_created!",
+           (SELECT json_agg(json_build_array(product_id, stock, version)) FROM changed)
+               AS "written: Json<Vec<(i64, i64, i64)>>",
+           (SELECT json_agg(d) FROM decided AS d) AS "decided: Json<Vec<Decided>>",
            now() AS "at!""#,
         &ids,
         &deltas,
@@ -254,34 +250,41 @@ pub async fn record(
     .fetch_one(conn)
     .await?;
     let written = row
-        .written_ids
+        .written
+        .map(|Json(rows)| rows)
+        .unwrap_or_default()
         .into_iter()
-        .zip(row.written_stocks)
-        .zip(row.written_versions)
-        .map(|((id, stock), version)| (ProductId(id), StockRow { stock, version }))
+        .map(|(id, stock, version)| (ProductId(id), StockRow { stock, version }))
         .collect();
     let at = row.at;
     let decided = row
-        .decided_ids
+        .decided
+        .map(|Json(rows)| rows)
+        .unwrap_or_default()
         .into_iter()
-        .zip(row.decided_states)
-        .zip(row.decided_items)
-        .zip(row.decided_expiries)
-        .zip(row.decided_created)
-        .map(
-            |((((hold_id, state), items), expires_at), created_at)| HoldRow {
-                due: expires_at <= at,
-                hold_id,
-                state,
-                items,
-                expires_at: Some(expires_at),
-                created_at,
-                updated_at: at,
-                changed: true,
-            },
-        )
+        .map(|d| HoldRow {
+            due: d.expires_at <= at,
+            hold_id: d.hold_id,
+            state: d.state,
+            items: d.items,
+            expires_at: Some(d.expires_at),
+            created_at: d.created_at,
+            updated_at: at,
+            changed: true,
+        })
         .collect();
     Ok(Recorded { written, decided })
+}
+
+/// A hold an end changed, as the statement returns it: one JSON object per hold, since a
+/// column per field would cost the planner a subquery each, on every batch.
+#[derive(Debug, serde::Deserialize)]
+struct Decided {
+    hold_id: String,
+    state: String,
+    items: serde_json::Value,
+    expires_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
 }
 
 /// The columns every recorded first outcome has, deduction or hold.

@@ -43,7 +43,7 @@ pub(super) async fn place(
     let (claimed, ask_postgres) = claim(writer, &batch, &mut answers).await;
     let connection = match conn {
         Some(connection) => Ok(connection),
-        None => super::session::open(&writer.db)
+        None => platform::storage::postgres::planned_once::open(&writer.db)
             .await
             .map(|c| conn.insert(c)),
     };

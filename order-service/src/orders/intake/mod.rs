@@ -10,18 +10,19 @@
 //! (see [`placement`]).
 //!
 //! The task owns one pooled connection, kept from batch to batch (and replaced after an
-//! error), on which its statement is planned once ([`session`]). At shutdown it goes on until
+//! error), on which its statement is planned once
+//! ([`platform::storage::postgres::planned_once`], decision 0063). At shutdown it goes on until
 //! the HTTP server has answered its last request, then writes whatever was still queued.
 
 mod batch;
 pub mod placement;
-pub mod session;
 
 use chrono::{DateTime, Utc};
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use platform::messaging::outbox::OutboxSignal;
+use platform::storage::postgres::planned_once;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -145,7 +146,13 @@ async fn write(
     let (placements, replies): (Vec<_>, Vec<_>) =
         jobs.into_iter().map(|j| (j.placement, j.reply)).unzip();
     let run = std::panic::AssertUnwindSafe(batch::place(writer, conn, placements));
-    match run.catch_unwind().await {
+    let ran = run.catch_unwind().await;
+    // A pool too small to spare a connection for the intake's own gets it back after each
+    // batch: kept, it would starve every other user of the pool.
+    if planned_once::keepable(&writer.db) == 0 {
+        *conn = None;
+    }
+    match ran {
         Ok(answers) => {
             for (reply, answer) in replies.into_iter().zip(answers) {
                 // The client may have gone (a timeout): its order stands, and a retry with

@@ -1,0 +1,42 @@
+//! A session that plans each statement once: a pooled connection kept by one busy writer —
+//! order intake's loop, a leader of `POST /deductions` batches — on which every statement it
+//! runs gets one generic plan for any values.
+//!
+//! Every other session plans each statement for the values it runs with
+//! ([`super::PLAN_CACHE_MODE`]), which keeps a plan made on a small table from scanning it
+//! whole as it grows. A writer that runs the same statement for every batch pays that
+//! planning each time: at a moderate rate, the intake's statement took half as long to plan
+//! as to run (decision 0063); the deductions' write, with every part a batch may carry (stock,
+//! outcomes, holds, their ends), took longer to plan than to run, on the one chain of batches
+//! a hot product has. Here each statement is planned once (`plan_cache_mode =
+//! force_generic_plan`), with sequential scans priced out (`enable_seqscan = off`) so that the
+//! plans read by index whatever the tables' size when they were made;
+//! `e2e/tests/flow/plans.rs` checks them on empty tables.
+//!
+//! The settings stay with this session: it is closed, never returned to the pool, when its
+//! writer lets it go. It is still taken from the pool, so a saturated pool still answers 503
+//! `busy`. A session kept between batches is a connection nobody else can use, so a small pool
+//! keeps none ([`keepable`]): there the writer takes its session for a batch and closes it.
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+
+/// What the session sets, once, on the pooled connection it takes.
+pub const SETTINGS: &str = "SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off";
+
+/// A pooled connection set up to plan each statement once; it closes when dropped.
+pub async fn open(db: &PgPool) -> sqlx::Result<PoolConnection<Postgres>> {
+    let mut conn = db.acquire().await?;
+    // Before the settings: a connection dropped while they are being set is closed too.
+    conn.close_on_drop();
+    sqlx::raw_sql(SETTINGS).execute(&mut *conn).await?;
+    Ok(conn)
+}
+
+/// How many sessions that plan once `db`'s pool may keep between batches: one per eight
+/// connections (two of the default twenty), none in a pool smaller than eight, where a kept
+/// session would be a large share of what the handlers, the relay and the consumers wait for
+/// (with one connection, all of it).
+pub fn keepable(db: &PgPool) -> usize {
+    (db.options().get_max_connections() / 8) as usize
+}
