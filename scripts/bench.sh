@@ -175,7 +175,8 @@ jq -n --arg title "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores: ours beside
   --arg flash "$FLASH_SETTLE" --arg w2 "$REFERENCE_CREATE_ALL_S" \
   --arg deductions "$DEDUCTIONS_PER_S" --arg holds "$HOLDS_PER_S" --arg hot "$STOCK_TPS" \
   --arg clients "$BENCH_CLIENTS" '
-  def bar($label; $value): { label: $label, value: ($value | tonumber? // null) };
+  # `$name`, not `$label`: `label` is a keyword to jq 1.6, as on Debian 12.
+  def bar($name; $value): { "label": $name, "value": ($value | tonumber? // null) };
   { title: $title, groups: [
     { name: "orders/s, create-orders at \($clients) VUs", unit: "/s", better: "higher",
       bars: [ bar("services"; $orders), bar("reference (W1)"; $w1), bar("pgbench order tx"; $order_tps) ] },
