@@ -223,6 +223,7 @@ impl Deductions {
         // reading (one round trip instead of two), its write checking that nothing moved.
         let mut remembered = None;
         let mut session = self.sessions().pop();
+        let keepable = KEPT_SESSIONS.min(planned_once::keepable(&self.inner.db));
         loop {
             let (mut batch, mut ends) = (Vec::new(), Vec::new());
             {
@@ -232,7 +233,7 @@ impl Deductions {
                     drop(queues);
                     leading.armed = false;
                     let mut kept = self.sessions();
-                    if kept.len() < KEPT_SESSIONS.min(planned_once::keepable(&self.inner.db)) {
+                    if kept.len() < keepable {
                         kept.extend(session);
                     }
                     return;
@@ -262,6 +263,11 @@ impl Deductions {
             )
             .await;
             remembered = ran.left;
+            // A pool too small to spare a connection gets it back after each batch, as the
+            // intake's does: kept through a burst, it would starve every other user.
+            if keepable == 0 {
+                session = None;
+            }
             // Remembered before anyone is answered, so a confirm sent the moment its try is
             // answered finds the way to this batch's products.
             self.inner.held_here.remember(ran.placed);
