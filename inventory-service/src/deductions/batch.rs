@@ -32,10 +32,9 @@ use std::collections::HashMap;
 
 use anyhow::anyhow;
 use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
-use platform::storage::postgres::planned_once;
+use platform::storage::postgres::planned_once::Kept;
 use shared::ids::ProductId;
-use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{PgConnection, PgPool};
 
 use super::error::DeductionError;
 use super::judge::{self, Candidate, Judged};
@@ -80,10 +79,6 @@ pub enum Verdict {
 /// a wrong answer.
 pub type Remembered = Vec<(ProductId, StockRow)>;
 
-/// The session a leader writes its batches on, kept from batch to batch: each statement is
-/// planned once there (`planned_once`).
-pub(super) type Session = PoolConnection<Postgres>;
-
 /// A confirm or cancel of a hold on exactly the batch's products, taken by this process
 /// (`crate::holds::held_here`): it rides in the batch's statement instead of a commit of its
 /// own, and a cancel's give-back goes into the batch's own update of the products, so the
@@ -123,7 +118,7 @@ pub(super) struct Ran {
 /// Applies `batch` (every request for `products`) and its `ends`, and answers each; also
 /// returns the stock it left, for the next batch of the same products to start from.
 pub(super) async fn run(
-    (db, session): (&PgPool, &mut Option<Session>),
+    (db, session): (&PgPool, &mut Kept),
     locker: &Locker,
     counters: &Counters,
     products: &[ProductId],
@@ -203,7 +198,7 @@ fn products_of(entries: &[Entry<'_>]) -> Vec<ProductId> {
 }
 
 async fn attempt(
-    (db, session): (&PgPool, &mut Option<Session>),
+    (db, session): (&PgPool, &mut Kept),
     locker: &Locker,
     products: &[ProductId],
     batch: (&[Entry<'_>], &[End<'_>]),
@@ -217,24 +212,21 @@ async fn attempt(
     if let Err(AttemptError::Refused(DeductionError::Database(error))) = &result
         && !platform::messaging::consumer::is_database_contention(error)
     {
-        *session = None;
+        session.discard();
     }
     result
 }
 
 async fn apply_under(
     locks: &Locks,
-    (db, session): (&PgPool, &mut Option<Session>),
+    (db, session): (&PgPool, &mut Kept),
     products: &[ProductId],
     (entries, ends): (&[Entry<'_>], &[End<'_>]),
     remembered: Option<Remembered>,
 ) -> Result<Attempted, AttemptError> {
     // A lock that expired while its holder was paused: give it up before writing anything.
     locks.ensure_held()?;
-    let conn = match session {
-        Some(conn) => conn,
-        None => session.insert(planned_once::open(db).await?),
-    };
+    let conn = session.get(db).await?;
     if remembered.is_some() {
         match apply_on(conn, products, entries, ends, remembered).await {
             // The memory was stale (another writer, a restock), or an id of the batch was

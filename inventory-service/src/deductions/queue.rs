@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::anyhow;
-use platform::storage::postgres::planned_once;
+use platform::storage::postgres::planned_once::{self, Kept};
 use shared::ids::ProductId;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 
-use super::batch::{self, Attempted, Session};
+use super::batch::{self, Attempted};
 use super::error::DeductionError;
 use super::request::DeductionRequest;
 use crate::holds::batched::Step;
@@ -114,7 +114,7 @@ struct Inner {
     /// The holds taken here and not yet ended: where their ends queue.
     held_here: HeldHere,
     /// Sessions of leaders that ended, for the next leaders (at most [`KEPT_SESSIONS`]).
-    sessions: Mutex<Vec<Session>>,
+    sessions: Mutex<Vec<Kept>>,
 }
 
 /// Sessions kept between leaders: a leader plans its statements once per session, so a new
@@ -222,7 +222,7 @@ impl Deductions {
         // The stock this leader's last batch left: the next one is judged against it without
         // reading (one round trip instead of two), its write checking that nothing moved.
         let mut remembered = None;
-        let mut session = self.sessions().pop();
+        let mut session = self.sessions().pop().unwrap_or_default();
         let keepable = KEPT_SESSIONS.min(planned_once::keepable(&self.inner.db));
         loop {
             let (mut batch, mut ends) = (Vec::new(), Vec::new());
@@ -233,8 +233,8 @@ impl Deductions {
                     drop(queues);
                     leading.armed = false;
                     let mut kept = self.sessions();
-                    if kept.len() < keepable {
-                        kept.extend(session);
+                    if kept.len() < keepable && session.is_open() {
+                        kept.push(session);
                     }
                     return;
                 };
@@ -263,11 +263,7 @@ impl Deductions {
             )
             .await;
             remembered = ran.left;
-            // A pool too small to spare a connection gets it back after each batch, as the
-            // intake's does: kept through a burst, it would starve every other user.
-            if keepable == 0 {
-                session = None;
-            }
+            session.end_batch(&self.inner.db);
             // Remembered before anyone is answered, so a confirm sent the moment its try is
             // answered finds the way to this batch's products.
             self.inner.held_here.remember(ran.placed);
@@ -281,7 +277,7 @@ impl Deductions {
         }
     }
 
-    fn sessions(&self) -> MutexGuard<'_, Vec<Session>> {
+    fn sessions(&self) -> MutexGuard<'_, Vec<Kept>> {
         self.inner
             .sessions
             .lock()

@@ -20,9 +20,9 @@
 
 use std::collections::HashMap;
 
+use platform::storage::postgres::planned_once::Kept;
 use platform::storage::redis::health::RedisCallError;
-use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, Postgres};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::Writer;
@@ -34,20 +34,10 @@ use crate::tokens::store::{Claim, ClaimRequest, Held};
 type Answer = Result<Placed, PlaceError>;
 
 /// Places the batch; the answers are index-aligned with `batch`.
-pub(super) async fn place(
-    writer: &Writer,
-    conn: &mut Option<PoolConnection<Postgres>>,
-    batch: Vec<Placement>,
-) -> Vec<Answer> {
+pub(super) async fn place(writer: &Writer, conn: &mut Kept, batch: Vec<Placement>) -> Vec<Answer> {
     let mut answers: Vec<Option<Answer>> = batch.iter().map(|_| None).collect();
     let (claimed, ask_postgres) = claim(writer, &batch, &mut answers).await;
-    let connection = match conn {
-        Some(connection) => Ok(connection),
-        None => platform::storage::postgres::planned_once::open(&writer.db)
-            .await
-            .map(|c| conn.insert(c)),
-    };
-    let connection = match connection {
+    let connection = match conn.get(&writer.db).await {
         Ok(connection) => connection,
         Err(error) => {
             release(writer, &batch, &claimed).await;
@@ -66,8 +56,7 @@ pub(super) async fn place(
     {
         Ok(()) => finish(answers, None),
         Err(error) => {
-            // A failed connection is not kept for the next batch.
-            *conn = None;
+            conn.discard();
             finish(answers, Some(error))
         }
     }

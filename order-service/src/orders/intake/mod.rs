@@ -9,9 +9,9 @@
 //! same code as a batch of sixty-four. This is how one WAL flush comes to serve many orders
 //! (see [`placement`]).
 //!
-//! The task owns one pooled connection, kept from batch to batch (and replaced after an
-//! error), on which its statement is planned once
-//! ([`platform::storage::postgres::planned_once`], decision 0063). At shutdown it goes on until
+//! The task owns one pooled connection, kept from batch to batch (replaced after an error,
+//! given back after each batch in a pool too small to spare it), on which its statement is
+//! planned once ([`planned_once::Kept`], decision 0063). At shutdown it goes on until
 //! the HTTP server has answered its last request, then writes whatever was still queued.
 
 mod batch;
@@ -113,7 +113,7 @@ impl Intake {
             .map_err(|_| anyhow::anyhow!("the intake queue's lock is poisoned"))?
             .take();
         let mut queue = taken.ok_or_else(|| anyhow::anyhow!("the intake already runs"))?;
-        let mut conn = None;
+        let mut conn = planned_once::Kept::default();
         let mut jobs = Vec::with_capacity(self.batch_max);
         loop {
             let taken = tokio::select! {
@@ -136,22 +136,14 @@ impl Intake {
 
 /// Writes one batch and answers its requests. A panic fails this batch's requests (their
 /// answers are dropped: each gets a 500) but not the task.
-async fn write(
-    writer: &Writer,
-    conn: &mut Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
-    jobs: Vec<Job>,
-) {
+async fn write(writer: &Writer, conn: &mut planned_once::Kept, jobs: Vec<Job>) {
     metrics::gauge!(INTAKE_WAITING).decrement(jobs.len() as f64);
     metrics::histogram!(INTAKE_BATCH_SIZE).record(jobs.len() as f64);
     let (placements, replies): (Vec<_>, Vec<_>) =
         jobs.into_iter().map(|j| (j.placement, j.reply)).unzip();
     let run = std::panic::AssertUnwindSafe(batch::place(writer, conn, placements));
     let ran = run.catch_unwind().await;
-    // A pool too small to spare a connection for the intake's own gets it back after each
-    // batch: kept, it would starve every other user of the pool.
-    if planned_once::keepable(&writer.db) == 0 {
-        *conn = None;
-    }
+    conn.end_batch(&writer.db);
     match ran {
         Ok(answers) => {
             for (reply, answer) in replies.into_iter().zip(answers) {
@@ -162,8 +154,7 @@ async fn write(
         }
         Err(_) => {
             tracing::error!("placing a batch of orders panicked");
-            // The connection may be mid-statement: never reuse it.
-            *conn = None;
+            conn.discard();
         }
     }
 }

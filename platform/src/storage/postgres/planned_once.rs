@@ -40,3 +40,38 @@ pub async fn open(db: &PgPool) -> sqlx::Result<PoolConnection<Postgres>> {
 pub fn keepable(db: &PgPool) -> usize {
     (db.options().get_max_connections() / 8) as usize
 }
+
+/// A busy writer's session: opened when first needed, kept from batch to batch, closed after a
+/// failure and, in a pool too small to spare it ([`keepable`]), after every batch.
+#[derive(Debug, Default)]
+pub struct Kept(Option<PoolConnection<Postgres>>);
+
+impl Kept {
+    /// The kept session, or a new one (kept from then on).
+    pub async fn get(&mut self, db: &PgPool) -> sqlx::Result<&mut PoolConnection<Postgres>> {
+        let slot = &mut self.0;
+        Ok(match slot {
+            Some(conn) => conn,
+            None => slot.insert(open(db).await?),
+        })
+    }
+
+    /// Closes the session: its statement failed (a broken connection, a failover) or it may
+    /// be mid-statement.
+    pub fn discard(&mut self) {
+        self.0 = None;
+    }
+
+    /// After a batch: a pool that cannot spare a connection gets this one back; kept, it
+    /// would starve every other user of the pool.
+    pub fn end_batch(&mut self, db: &PgPool) {
+        if keepable(db) == 0 {
+            self.discard();
+        }
+    }
+
+    /// Whether a session is open, worth handing to the next writer.
+    pub fn is_open(&self) -> bool {
+        self.0.is_some()
+    }
+}
