@@ -119,11 +119,7 @@ pub async fn serve(
         outbox: state.outbox.clone(),
         churning_tables: &["products", "holds", "held_units"],
     };
-    let handler = OrderEvents {
-        db: state.db.clone(),
-        locker: state.locker.clone(),
-        outbox: state.outbox.clone(),
-    };
+    let handler = OrderEvents::new(state.db.clone(), state.locker.clone(), state.outbox.clone());
     messaging.spawn(
         &tasks,
         keys::INVENTORY_ORDER_EVENTS_QUEUE,

@@ -122,11 +122,11 @@ pub async fn serve(
         outbox: state.outbox.clone(),
         churning_tables: &["orders"],
     };
-    let handler = InventoryEvents {
-        db: state.db.clone(),
-        outbox: state.outbox.clone(),
-        window: config.payment_window,
-    };
+    let handler = InventoryEvents::new(
+        state.db.clone(),
+        state.outbox.clone(),
+        config.payment_window,
+    );
     messaging.spawn(
         &tasks,
         keys::ORDER_INVENTORY_EVENTS_QUEUE,

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::anyhow;
-use platform::storage::postgres::planned_once::{self, Kept};
+use platform::storage::postgres::planned_once::Shelf;
 use shared::ids::ProductId;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
@@ -114,7 +114,7 @@ struct Inner {
     /// The holds taken here and not yet ended: where their ends queue.
     held_here: HeldHere,
     /// Sessions of leaders that ended, for the next leaders (at most [`KEPT_SESSIONS`]).
-    sessions: Mutex<Vec<Kept>>,
+    sessions: Shelf,
 }
 
 /// Sessions kept between leaders: a leader plans its statements once per session, so a new
@@ -140,7 +140,7 @@ impl Deductions {
                 queues: Mutex::default(),
                 counters: Counters::default(),
                 held_here: HeldHere::default(),
-                sessions: Mutex::default(),
+                sessions: Shelf::new(KEPT_SESSIONS),
             }),
         }
     }
@@ -222,8 +222,7 @@ impl Deductions {
         // The stock this leader's last batch left: the next one is judged against it without
         // reading (one round trip instead of two), its write checking that nothing moved.
         let mut remembered = None;
-        let mut session = self.sessions().pop().unwrap_or_default();
-        let keepable = KEPT_SESSIONS.min(planned_once::keepable(&self.inner.db));
+        let mut session = self.inner.sessions.take();
         loop {
             let (mut batch, mut ends) = (Vec::new(), Vec::new());
             {
@@ -232,10 +231,7 @@ impl Deductions {
                     queues.remove(&key);
                     drop(queues);
                     leading.armed = false;
-                    let mut kept = self.sessions();
-                    if kept.len() < keepable && session.is_open() {
-                        kept.push(session);
-                    }
+                    self.inner.sessions.put_back(session, &self.inner.db);
                     return;
                 };
                 let size = queue.len().min(MAX_BATCH);
@@ -275,13 +271,6 @@ impl Deductions {
                 let _ = waiter.reply.send(ended);
             }
         }
-    }
-
-    fn sessions(&self) -> MutexGuard<'_, Vec<Kept>> {
-        self.inner
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn queues(&self) -> MutexGuard<'_, HashMap<Vec<ProductId>, VecDeque<Queued>>> {

@@ -15,9 +15,11 @@
 //! A batch of one takes the same path: there is no other way to reserve stock for an order.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use platform::messaging::consumer::{ConsumeError, Handled, Handler, Message, Outcome};
 use platform::messaging::outbox::OutboxSignal;
+use platform::storage::postgres::planned_once::Shelf;
 use shared::events::{Envelope, LineItem, OrderEvent};
 use shared::ids::ProductId;
 
@@ -29,6 +31,9 @@ pub struct OrderEvents {
     pub db: sqlx::PgPool,
     pub locker: Locker,
     pub outbox: OutboxSignal,
+    /// The session a batch leaves to the next one: the read and the write are planned once
+    /// per session (`planned_once`, decision 0063), not for every batch.
+    sessions: Arc<Shelf>,
 }
 
 impl Handler for OrderEvents {
@@ -77,6 +82,15 @@ impl From<BatchError> for ConsumeError {
 }
 
 impl OrderEvents {
+    pub fn new(db: sqlx::PgPool, locker: Locker, outbox: OutboxSignal) -> Self {
+        Self {
+            db,
+            locker,
+            outbox,
+            sessions: Arc::new(Shelf::new(1)),
+        }
+    }
+
     /// Applies what it can lock of `works`: one outcome per work, or the error of them all.
     async fn apply(&self, works: &[Work]) -> Result<Vec<Outcome>, ConsumeError> {
         let products = apply::products_of(works);
@@ -127,14 +141,20 @@ impl OrderEvents {
         if ready.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.db.acquire().await?;
-        let judgement = apply::read_and_judge(&mut conn, ready).await?;
+        let mut session = self.sessions.take();
+        let conn = session.get(&self.db).await?;
+        let judgement = apply::read_and_judge(conn, ready).await?;
         // A holder whose lock expired or was taken must not write.
         if let Err(lost) = locks.ensure_held() {
+            self.sessions.put_back(session, &self.db);
             return Err(ConsumeError::Contention(lost.to_string()));
         }
-        let (handled, events) = judgement.write(&mut conn).await?;
-        drop(conn);
+        let written = judgement.write(conn).await;
+        if matches!(written, Ok(_) | Err(BatchError::Contended(_))) {
+            // Otherwise a broken connection or a failover: the session is closed, not kept.
+            self.sessions.put_back(session, &self.db);
+        }
+        let (handled, events) = written?;
         self.outbox.committed(events);
         Ok(handled)
     }

@@ -87,19 +87,24 @@ pub async fn read_batch(
     cancelled: &[Uuid],
 ) -> sqlx::Result<BatchRead> {
     let products: Vec<i64> = products.iter().map(|p| p.0).collect();
+    // The statement runs on a session that plans it once for any values (`planned_once`), so
+    // the products are found by `= ANY` over one array: `IN (SELECT …)` gave a generic plan
+    // that read the whole index (e2e/tests/flow/plans.rs checks it).
     let rows = sqlx::query!(
         r#"WITH found AS MATERIALIZED (
                SELECT order_id, state, items, rejection_reason, updated_at
                  FROM reservations WHERE order_id = ANY($2)
-           ), wanted AS (
-               SELECT unnest($3::bigint[]) AS product_id
-               UNION
-               SELECT (item ->> 'product_id')::bigint
-                 FROM found CROSS JOIN jsonb_array_elements(found.items) AS item
-                WHERE found.state = $5 AND found.order_id = ANY($4)
+           ), wanted AS MATERIALIZED (
+               SELECT ARRAY(
+                   SELECT unnest($3::bigint[])
+                   UNION
+                   SELECT (item ->> 'product_id')::bigint
+                     FROM found CROSS JOIN jsonb_array_elements(found.items) AS item
+                    WHERE found.state = $5 AND found.order_id = ANY($4)
+               ) AS ids
            ), locked AS MATERIALIZED (
                SELECT product_id, stock, version FROM products
-                WHERE product_id IN (SELECT product_id FROM wanted)
+                WHERE product_id = ANY((SELECT ids FROM wanted)::bigint[])
                 ORDER BY product_id FOR UPDATE SKIP LOCKED
            )
            SELECT 'seen' AS "kind!", message_id AS "id?", NULL::text AS "state?",
@@ -114,7 +119,7 @@ pub async fn read_batch(
            UNION ALL
            SELECT 'product', NULL, NULL, NULL, NULL, NULL, p.product_id, l.stock, l.version
              FROM products AS p LEFT JOIN locked AS l USING (product_id)
-            WHERE p.product_id IN (SELECT product_id FROM wanted)"#,
+            WHERE p.product_id = ANY((SELECT ids FROM wanted)::bigint[])"#,
         message_ids,
         order_ids,
         &products,
@@ -205,6 +210,8 @@ pub async fn write_batch(conn: &mut PgConnection, write: &BatchWrite<'_>) -> sql
         .collect();
     let (message_ids, kinds): (Vec<Uuid>, Vec<&str>) = write.recorded.iter().copied().unzip();
     let outbox = OutboxColumns::of(write.outbox);
+    // Planned once too, like the read: each join to an `unnest` also carries the key's
+    // `= ANY`, so the generic plan reaches `products` by key.
     sqlx::query_scalar!(
         r#"WITH ordered AS MATERIALIZED (
                SELECT product_id FROM products WHERE product_id = ANY($1)
@@ -214,7 +221,7 @@ pub async fn write_batch(conn: &mut PgConnection, write: &BatchWrite<'_>) -> sql
                   SET stock = p.stock + c.delta, version = p.version + 1, updated_at = now()
                  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
                       AS c (product_id, delta, version)
-                WHERE p.product_id = c.product_id
+                WHERE p.product_id = ANY($1) AND p.product_id = c.product_id
                   AND (c.version IS NULL OR p.version = c.version)
                   AND p.stock + c.delta >= 0
                   AND (SELECT count(*) FROM ordered) > 0
@@ -248,7 +255,8 @@ pub async fn write_batch(conn: &mut PgConnection, write: &BatchWrite<'_>) -> sql
            SELECT CASE
                WHEN (SELECT count(*) FROM products AS p
                        JOIN unnest($4::bigint[], $5::bigint[]) AS j (product_id, version)
-                         ON p.product_id = j.product_id AND p.version = j.version)
+                         ON p.product_id = j.product_id AND p.version = j.version
+                      WHERE p.product_id = ANY($4))
                     <> cardinality($4::bigint[])
                    THEN serialization_failure('a product moved since the batch was judged')
                WHEN (SELECT count(*) FROM changed) <> cardinality($1::bigint[])

@@ -371,11 +371,11 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
     let settings = inventory_stub(inventory.clone()).await;
     let order = id(&app.create_order(&order_body(1, 1001, 2)).await);
     assert_eq!(app.cancel(&order).await.status(), 200);
-    let handler = InventoryEvents {
-        db: app.db.pool.clone(),
-        outbox: OutboxSignal::default(),
-        window: PaymentWindow::OFF,
-    };
+    let handler = InventoryEvents::new(
+        app.db.pool.clone(),
+        OutboxSignal::default(),
+        PaymentWindow::OFF,
+    );
     let released = Envelope::new(InventoryEvent::Released(StockReleased {
         order_id: OrderId(order.parse().expect("uuid")),
         items: Vec::new(),

@@ -9,7 +9,10 @@
 //! reconciliation stops asking inventory about it.
 
 use platform::messaging::consumer::{ConsumeError, Handler, Message, Outcome};
+use std::sync::Arc;
+
 use platform::messaging::outbox::OutboxSignal;
+use platform::storage::postgres::planned_once::Shelf;
 use shared::events::{Envelope, InventoryEvent};
 use sqlx::PgPool;
 
@@ -23,6 +26,9 @@ pub struct InventoryEvents {
     pub outbox: OutboxSignal,
     /// `ORDER_PAYMENT_WINDOW_SECS`: whether a reservation makes an order wait for its payment.
     pub window: PaymentWindow,
+    /// The session a batch leaves to the next one: the read and the write are planned once
+    /// per session (`planned_once`, decision 0063), not for every batch.
+    sessions: Arc<Shelf>,
 }
 
 impl Handler for InventoryEvents {
@@ -52,21 +58,33 @@ impl Handler for InventoryEvents {
 }
 
 impl InventoryEvents {
+    pub fn new(db: PgPool, outbox: OutboxSignal, window: PaymentWindow) -> Self {
+        Self {
+            db,
+            outbox,
+            window,
+            sessions: Arc::new(Shelf::new(1)),
+        }
+    }
+
     /// Settles `incoming` with one read and one write that commits on its own: one outcome
     /// per event, or the error of all.
     async fn settle(&self, incoming: &[Incoming]) -> Result<Vec<Outcome>, ConsumeError> {
         if incoming.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.db.acquire().await?;
-        let settled = match settle::settle_all(&mut conn, incoming, self.window).await {
-            Ok(settled) => settled,
-            Err(SettleError::Raced) => {
-                return Err(ConsumeError::Contention(SettleError::Raced.to_string()));
-            }
-            Err(SettleError::Database(error)) => return Err(error.into()),
-        };
-        drop(conn);
+        let mut session = self.sessions.take();
+        let settled =
+            match settle::settle_all(session.get(&self.db).await?, incoming, self.window).await {
+                Ok(settled) => settled,
+                Err(SettleError::Raced) => {
+                    self.sessions.put_back(session, &self.db);
+                    return Err(ConsumeError::Contention(SettleError::Raced.to_string()));
+                }
+                // A broken connection or a failover: the session is closed, not kept.
+                Err(SettleError::Database(error)) => return Err(error.into()),
+            };
+        self.sessions.put_back(session, &self.db);
         self.outbox.committed(settled.events);
         settled
             .transitions

@@ -33,7 +33,9 @@ pub async fn read_for_settlement(
                   o.released_at IS NOT NULL AS "released?", o.created_at AS "created_at?"
            FROM (SELECT ARRAY(SELECT message_id FROM processed_messages
                               WHERE message_id = ANY($2)) AS seen) AS s
-           LEFT JOIN orders AS o ON o.order_id = ANY($1)"#,
+           LEFT JOIN (unnest($1::uuid[]) AS w (order_id)
+                      JOIN orders AS o ON o.order_id = ANY($1) AND o.order_id = w.order_id)
+                  ON true"#,
         order_ids,
         message_ids,
     )
@@ -89,6 +91,12 @@ pub async fn write_settlement(
         .collect();
     let (message_ids, kinds): (Vec<Uuid>, Vec<&str>) = write.recorded.iter().copied().unzip();
     let outbox = OutboxColumns::of(write.outbox);
+    // The statement may run on a session that plans it once for any values (`planned_once`),
+    // so every table is reached through its key, whatever the batch: one `= ANY` per
+    // search (an `OR` of two would read the whole index), and each join to an `unnest`
+    // also carries the key's `= ANY` (e2e/tests/flow/plans.rs checks the generic plan). The
+    // statuses are parameters: written out, they match the predicates of the partial indexes
+    // of pending and of given-back orders, and the generic plan read one of those whole.
     // The CTEs touch disjoint rows (`moved` only PENDING orders, `released` only cancelled or
     // expired ones); the final SELECT counts what each did and raises when a guard fell short.
     // The orders are locked in ascending id before either update touches one (`ordered`,
@@ -96,7 +104,7 @@ pub async fn write_settlement(
     // two batches sharing orders or ids never wait on each other in a cycle.
     sqlx::query_scalar!(
         r#"WITH ordered AS MATERIALIZED (
-               SELECT order_id FROM orders WHERE order_id = ANY($1) OR order_id = ANY($5)
+               SELECT order_id FROM orders WHERE order_id = ANY($1::uuid[] || $5::uuid[])
                 ORDER BY order_id FOR UPDATE
            ), moved AS (
                UPDATE orders AS o
@@ -104,13 +112,15 @@ pub async fn write_settlement(
                       payment_due_at = CASE WHEN v.status = 'AWAITING_PAYMENT'
                                             THEN now() + make_interval(secs => $4) END
                  FROM unnest($1::uuid[], $2::text[], $3::text[]) AS v (order_id, status, reason)
-                WHERE o.order_id = v.order_id AND o.status = 'PENDING'
-                  AND (SELECT count(*) FROM ordered) > 0
+                WHERE o.order_id = ANY($1) AND o.order_id = v.order_id
+                  AND o.status = $13 AND (SELECT count(*) FROM ordered) > 0
                RETURNING 1
            ), released AS (
-               UPDATE orders SET released_at = now()
-                WHERE order_id = ANY($5) AND status IN ('CANCELLED', 'EXPIRED')
-                  AND released_at IS NULL AND (SELECT count(*) FROM ordered) > 0
+               UPDATE orders AS o SET released_at = now()
+                 FROM unnest($5::uuid[]) AS r (order_id)
+                WHERE o.order_id = ANY($5) AND o.order_id = r.order_id
+                  AND o.status = ANY($14) AND o.released_at IS NULL
+                  AND (SELECT count(*) FROM ordered) > 0
            ), recorded AS (
                INSERT INTO processed_messages (message_id, kind)
                SELECT * FROM unnest($6::uuid[], $7::text[]) AS m (message_id, kind)
@@ -141,6 +151,11 @@ pub async fn write_settlement(
         &outbox.routing_keys as &[&str],
         &outbox.payloads as &[&serde_json::Value],
         &outbox.headers as &[&serde_json::Value],
+        OrderStatus::Pending.as_str(),
+        &[
+            OrderStatus::Cancelled.as_str(),
+            OrderStatus::Expired.as_str()
+        ] as &[&str],
     )
     .fetch_one(conn)
     .await

@@ -1,6 +1,6 @@
 //! A session that plans each statement once: a pooled connection kept by one busy writer —
-//! order intake's loop, a leader of `POST /deductions` batches — on which every statement it
-//! runs gets one generic plan for any values.
+//! order intake's loop, a leader of `POST /deductions` batches, each service's consumer — on
+//! which every statement it runs gets one generic plan for any values.
 //!
 //! Every other session plans each statement for the values it runs with
 //! ([`super::PLAN_CACHE_MODE`]), which keeps a plan made on a small table from scanning it
@@ -73,5 +73,44 @@ impl Kept {
     /// Whether a session is open, worth handing to the next writer.
     pub fn is_open(&self) -> bool {
         self.0.is_some()
+    }
+}
+
+/// Sessions set aside by writers that finished, for the next writer of the same kind: a
+/// deductions leader that ends leaves its session to the next leader, a consumer's batch to
+/// the next batch. Holds at most `capacity` of them, fewer in a small pool ([`keepable`]).
+#[derive(Debug)]
+pub struct Shelf {
+    capacity: usize,
+    kept: std::sync::Mutex<Vec<Kept>>,
+}
+
+impl Shelf {
+    pub const fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            kept: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A kept session if one is set aside, else an empty one that opens when first used.
+    pub fn take(&self) -> Kept {
+        self.kept().pop().unwrap_or_default()
+    }
+
+    /// Sets `session` aside for the next writer, or closes it: it is not open, the shelf is
+    /// full, or `db`'s pool is too small to spare it.
+    pub fn put_back(&self, session: Kept, db: &PgPool) {
+        let mut kept = self.kept();
+        if session.is_open() && kept.len() < self.capacity.min(keepable(db)) {
+            kept.push(session);
+        }
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {
+        // Nothing panics while holding the lock, and a Vec stays whole if it did.
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
