@@ -10,7 +10,7 @@
 #   WORKLOADS=moderate RATE=261 scripts/compare-builds.sh …   # the cost of an order at a rate
 #
 # Prints one line per run and a table of medians with B/A. Knobs (environment): WORKLOADS
-# (default "create-orders flash-sale direct-deductions"; also checkout and moderate), RUNS
+# (default "create-orders flash-sale direct-deductions"; also checkout, moderate and idle), RUNS
 # (default 3), K6_DURATION (create-orders, direct-deductions, checkout and moderate, default
 # 20s), VUS (create-orders, default
 # 50), RATE (moderate, default 261: twice the reference's W1), PGHOST/PGPORT/PGUSER,
@@ -22,7 +22,8 @@
 # 1,000 product reads, counted with it). `moderate` is create-orders at a constant RATE on products seeded in SQL (so nothing but the
 # orders is counted), and gives four figures per run: CPU ms per order of our own processes
 # (both services, PostgreSQL, Redis: scripts/lib/cpu.sh), the order POST's p99, and the p50
-# and p99 of created → settled (order-service's order_end_to_end_seconds).
+# and p99 of created → settled (order-service's order_end_to_end_seconds). Both also give the
+# CPU per order of each process: both services, PostgreSQL, Redis, RabbitMQ, and k6 itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -118,6 +119,25 @@ record() { # figure, label, value
   echo "$1 $2 $3" >>"$OUT/runs.txt"
 }
 
+# Runs a command with its output to a file and prints the CPU seconds it and its children
+# used, user + system: k6's own cost, which /proc no longer shows once it exited.
+timed() { # output file, command…
+  local out="$1" TIMEFORMAT='%U %S' spent
+  shift
+  spent="$( { time "$@" >"$out" 2>&1 || true; } 2>&1 )"
+  echo "$spent" | tail -1 | awk '{ print $1 + $2 }'
+}
+
+# Where the CPU of an order went, process by process: our own (both services, PostgreSQL,
+# Redis) and the rest of the machine (RabbitMQ, and k6 itself).
+record_others() { # workload, label, before, after, orders, k6 CPU seconds
+  local group
+  for group in postgresql order-service inventory-service redis rabbitmq; do
+    record "$1-$group-cpu-ms-per-order" "$2" "$(cpu_group_ms "$3" "$4" "$5" "$group")"
+  done
+  record "$1-k6-cpu-ms-per-order" "$2" "$(awk -v s="$6" -v n="$5" 'BEGIN { printf "%.2f", 1000 * s / n }')"
+}
+
 # create-orders at a constant rate: what an order costs, and how long it takes to settle.
 run_moderate() { # dir, label
   start_build "$1" "$2"
@@ -125,8 +145,9 @@ run_moderate() { # dir, label
   sleep 2
   local summary="$OUT/$RUN_ID-moderate.json" before after orders
   before="$(cpu_snapshot)"
-  env SUMMARY_FILE="$summary" DURATION="$K6_DURATION" RATE="$RATE" VUS=50 SEEDED=1 P99_MS=60000 \
-    k6 run -q k6/create-orders.js >"$OUT/$RUN_ID-moderate.txt" 2>&1 || true
+  local k6_cpu
+  k6_cpu="$(timed "$OUT/$RUN_ID-moderate.txt" env SUMMARY_FILE="$summary" DURATION="$K6_DURATION" \
+    RATE="$RATE" VUS=50 SEEDED=1 P99_MS=60000 k6 run -q k6/create-orders.js)"
   sleep 3 # the last orders settle
   after="$(cpu_snapshot)"
   orders="$(jq -r '.report.orders_created' "$summary" 2>/dev/null || echo 0)"
@@ -134,6 +155,7 @@ run_moderate() { # dir, label
     local settle
     settle="$(curl -fs "$ORDER_URL/metrics" | scripts/lib/quantile.py order_end_to_end_seconds 0.5 0.99)"
     record moderate-cpu-ms-per-order "$2" "$(cpu_own_ms "$before" "$after" "$orders")"
+    record_others moderate "$2" "$before" "$after" "$orders" "$k6_cpu"
     record moderate-post-p99-ms "$2" "$(jq -r '.report.order_post_p99_ms' "$summary")"
     record moderate-settle-p50-ms "$2" "${settle% *}"
     record moderate-settle-p99-ms "$2" "${settle#* }"
@@ -144,25 +166,45 @@ run_moderate() { # dir, label
   stop_run
 }
 
+# Nothing asked of the stack for as long as a run lasts: what its background work (relays,
+# expiry, reconciliation, health checks, metrics) costs, in CPU ms per second of our own
+# processes, and as a share of an order at the moderate RATE.
+run_idle() { # dir, label
+  start_build "$1" "$2"
+  sleep 5
+  local before after seconds="${K6_DURATION%s}"
+  before="$(cpu_snapshot)"
+  sleep "$seconds"
+  after="$(cpu_snapshot)"
+  local per_s
+  per_s="$(cpu_own_ms "$before" "$after" "$seconds")"
+  record idle-cpu-ms-per-s "$2" "$per_s"
+  record idle-cpu-ms-per-order-at-rate "$2" "$(awk -v c="$per_s" -v r="$RATE" 'BEGIN { printf "%.3f", c / r }')"
+  stop_run
+}
+
 run_one() { # workload, dir, label
-  if [ "$1" = moderate ]; then
-    run_moderate "$2" "$3"
+  if [ "$1" = moderate ] || [ "$1" = idle ]; then
+    "run_$1" "$2" "$3"
     return
   fi
   start_build "$2" "$3"
   local summary="$OUT/$RUN_ID-$1.json"
   local knobs=(DURATION="$K6_DURATION")
   [ "$1" = create-orders ] && knobs+=(VUS="$VUS")
-  local before after
+  local before after k6_cpu
   before="$(cpu_snapshot)"
-  env SUMMARY_FILE="$summary" "${knobs[@]}" k6 run -q "k6/$1.js" >"$OUT/$RUN_ID-$1.txt" 2>&1 || true
+  k6_cpu="$(timed "$OUT/$RUN_ID-$1.txt" env SUMMARY_FILE="$summary" "${knobs[@]}" \
+    k6 run -q "k6/$1.js")"
   local value
   value="$(figure "$1" "$summary" 2>/dev/null || echo n/a)"
   if [ "$1" = create-orders ] && [ "$value" != n/a ]; then
     sleep 2 # the last orders settle
     after="$(cpu_snapshot)"
-    record create-orders-cpu-ms-per-order "$3" \
-      "$(cpu_own_ms "$before" "$after" "$(jq -r '.report.orders_created' "$summary")")"
+    local orders
+    orders="$(jq -r '.report.orders_created' "$summary")"
+    record create-orders-cpu-ms-per-order "$3" "$(cpu_own_ms "$before" "$after" "$orders")"
+    record_others create-orders "$3" "$before" "$after" "$orders" "$k6_cpu"
   fi
   if [ "$1" = flash-sale ]; then
     local invariants

@@ -38,6 +38,12 @@ cpu_per_order() { # before after orders
     { s = ($3 - $2) / hz; printf "%-18s %12.2f %14.2f\n", $1, s, 1000 * s / n }'
 }
 
+# One group's CPU ms per order.
+cpu_group_ms() { # before after orders group
+  join <(echo "$1") <(echo "$2") | awk -v hz="$CPU_TICKS" -v n="$3" -v g="$4" '
+    $1 == g { s += ($3 - $2) / hz } END { printf "%.2f\n", 1000 * s / n }'
+}
+
 # The figure issue targets compare: our own processes, RabbitMQ and the load generator aside.
 cpu_own_ms() { # before after orders
   join <(echo "$1") <(echo "$2") | awk -v hz="$CPU_TICKS" -v n="$3" '

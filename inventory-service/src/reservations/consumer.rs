@@ -31,8 +31,9 @@ pub struct OrderEvents {
     pub db: sqlx::PgPool,
     pub locker: Locker,
     pub outbox: OutboxSignal,
-    /// The session a batch leaves to the next one: the read and the write are planned once
-    /// per session (`planned_once`, decision 0063), not for every batch.
+    /// The sessions batches leave to the next ones (one per channel, as many as the pool
+    /// spares): the read and the write are planned once per session (`planned_once`,
+    /// decision 0063), not for every batch.
     sessions: Arc<Shelf>,
 }
 
@@ -87,7 +88,7 @@ impl OrderEvents {
             db,
             locker,
             outbox,
-            sessions: Arc::new(Shelf::new(1)),
+            sessions: Arc::new(Shelf::as_the_pool_spares()),
         }
     }
 

@@ -26,8 +26,9 @@ pub struct InventoryEvents {
     pub outbox: OutboxSignal,
     /// `ORDER_PAYMENT_WINDOW_SECS`: whether a reservation makes an order wait for its payment.
     pub window: PaymentWindow,
-    /// The session a batch leaves to the next one: the read and the write are planned once
-    /// per session (`planned_once`, decision 0063), not for every batch.
+    /// The sessions batches leave to the next ones (one per channel, as many as the pool
+    /// spares): the read and the write are planned once per session (`planned_once`,
+    /// decision 0063), not for every batch.
     sessions: Arc<Shelf>,
 }
 
@@ -63,7 +64,7 @@ impl InventoryEvents {
             db,
             outbox,
             window,
-            sessions: Arc::new(Shelf::new(1)),
+            sessions: Arc::new(Shelf::as_the_pool_spares()),
         }
     }
 

@@ -16,7 +16,8 @@
 //! The settings stay with this session: it is closed, never returned to the pool, when its
 //! writer lets it go. It is still taken from the pool, so a saturated pool still answers 503
 //! `busy`. A session kept between batches is a connection nobody else can use, so a small pool
-//! keeps none ([`keepable`]): there the writer takes its session for a batch and closes it.
+//! keeps none ([`keepable`]): there the writer takes a plain pooled connection for each batch
+//! and gives it back, its statements planned for their values as everywhere else.
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
@@ -42,7 +43,9 @@ pub fn keepable(db: &PgPool) -> usize {
 }
 
 /// A busy writer's session: opened when first needed, kept from batch to batch, closed after a
-/// failure and, in a pool too small to spare it ([`keepable`]), after every batch.
+/// failure. In a pool too small to spare it ([`keepable`]) it is a plain pooled connection
+/// instead, given back after every batch: closing a session there would make the pool open a
+/// new connection for the next batch.
 #[derive(Debug, Default)]
 pub struct Kept(Option<PoolConnection<Postgres>>);
 
@@ -52,11 +55,13 @@ impl Kept {
         let slot = &mut self.0;
         Ok(match slot {
             Some(conn) => conn,
+            None if keepable(db) == 0 => slot.insert(db.acquire().await?),
             None => slot.insert(open(db).await?),
         })
     }
 
-    /// Closes the session: its statement failed (a broken connection, a failover) or it may
+    /// Closes the session (a plain pooled connection goes back to the pool, as any request's
+    /// does after a failure): its statement failed (a broken connection, a failover) or it may
     /// be mid-statement.
     pub fn discard(&mut self) {
         self.0 = None;
@@ -93,6 +98,12 @@ impl Shelf {
         }
     }
 
+    /// A shelf holding as many sessions as the pool spares ([`keepable`]): for writers that
+    /// run side by side, a consumer's channels.
+    pub const fn as_the_pool_spares() -> Self {
+        Self::new(usize::MAX)
+    }
+
     /// A kept session if one is set aside, else an empty one that opens when first used.
     pub fn take(&self) -> Kept {
         self.kept().pop().unwrap_or_default()
@@ -112,5 +123,72 @@ impl Shelf {
         self.kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::postgres::PgPoolOptions;
+
+    use super::*;
+
+    async fn pool(connections: u32) -> PgPool {
+        let server =
+            crate::config::string("TEST_DATABASE_SERVER", "postgres://postgres@127.0.0.1:5432");
+        PgPoolOptions::new()
+            .max_connections(connections)
+            .connect(&format!("{server}/postgres"))
+            .await
+            .expect("PostgreSQL")
+    }
+
+    async fn plan_cache_mode(conn: &mut PoolConnection<Postgres>) -> String {
+        sqlx::query_scalar("SELECT current_setting('plan_cache_mode')")
+            .fetch_one(&mut **conn)
+            .await
+            .expect("the setting")
+    }
+
+    #[tokio::test]
+    async fn a_pool_of_eight_keeps_a_session_that_plans_once_from_batch_to_batch() {
+        let db = pool(8).await;
+        let mut kept = Kept::default();
+        let conn = kept.get(&db).await.expect("a session");
+        assert_eq!(plan_cache_mode(conn).await, "force_generic_plan");
+        kept.end_batch(&db);
+        assert!(kept.is_open(), "kept for the next batch");
+        let shelf = Shelf::as_the_pool_spares();
+        shelf.put_back(kept, &db);
+        shelf.put_back(Kept::default(), &db);
+        assert!(shelf.take().is_open(), "the open session was set aside");
+        assert!(!shelf.take().is_open(), "and nothing else");
+    }
+
+    #[tokio::test]
+    async fn a_pool_too_small_to_spare_a_session_lends_a_plain_connection_and_gets_it_back() {
+        let db = pool(1).await;
+        let mut kept = Kept::default();
+        let conn = kept.get(&db).await.expect("a connection");
+        assert_ne!(plan_cache_mode(conn).await, "force_generic_plan");
+        kept.end_batch(&db);
+        assert!(!kept.is_open());
+        // Given back, not closed: the pool's one connection comes back idle.
+        let back = async {
+            while db.num_idle() == 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), back)
+            .await
+            .expect("the connection back in the pool");
+        assert_eq!(db.size(), 1);
+        let shelf = Shelf::as_the_pool_spares();
+        let mut session = shelf.take();
+        session.get(&db).await.expect("a connection");
+        shelf.put_back(session, &db);
+        assert!(
+            !shelf.take().is_open(),
+            "nothing is set aside in a pool of one"
+        );
     }
 }
