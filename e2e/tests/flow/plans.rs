@@ -91,10 +91,10 @@ fn whole_table_reads(
     let index = plan["Index Name"].as_str().unwrap_or_default();
     match (kind, plan["Index Cond"].as_str()) {
         ("Seq Scan", _) => found.push(format!("Seq Scan on {relation}")),
-        ("Index Scan" | "Index Only Scan", None) if !limited => {
+        ("Index Scan" | "Index Only Scan" | "Bitmap Index Scan", None) if !limited => {
             found.push(format!("{kind} on {relation} with no condition"));
         }
-        ("Index Scan" | "Index Only Scan", Some(condition)) => {
+        ("Index Scan" | "Index Only Scan" | "Bitmap Index Scan", Some(condition)) => {
             let first = leading.get(index).map_or("", String::as_str);
             if !mentions(condition, first) {
                 found.push(format!(

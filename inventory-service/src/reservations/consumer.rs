@@ -6,7 +6,8 @@
 //! same order, so an order's events keep their arrival order. The rest are read and judged
 //! with one statement and written with another ([`super::apply`]); the locks are checked
 //! right before the write (a lost lock writes nothing, and the batch is tried again), then
-//! released.
+//! released. Both statements run on a session that plans them once and passes from batch to
+//! batch (`planned_once`, decision 0063).
 //!
 //! A message that cannot be parsed, or an `order.created` order-service would never send, is
 //! poison on its own. A batch that fails as a whole is applied again one message at a time by

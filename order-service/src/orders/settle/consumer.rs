@@ -1,6 +1,7 @@
 //! Consumes `inventory.*` events in batches: a batch is settled by one read and one write
 //! that commits on its own ([`settle::settle_all`]), whatever its size (a batch of one takes
-//! the same path).
+//! the same path), on a session that plans both once and passes from batch to batch
+//! (`planned_once`, decision 0063).
 //!
 //! A message that cannot be parsed is poison on its own. A batch that fails as a whole is
 //! settled again one message at a time by the consumer loop ([`platform::messaging::consumer::handle`]).
@@ -8,9 +9,9 @@
 //! `inventory.released` records on the cancelled or expired order that its stock is back, so
 //! reconciliation stops asking inventory about it.
 
-use platform::messaging::consumer::{ConsumeError, Handler, Message, Outcome};
 use std::sync::Arc;
 
+use platform::messaging::consumer::{ConsumeError, Handler, Message, Outcome};
 use platform::messaging::outbox::OutboxSignal;
 use platform::storage::postgres::planned_once::Shelf;
 use shared::events::{Envelope, InventoryEvent};

@@ -34,10 +34,11 @@ pub async fn open(db: &PgPool) -> sqlx::Result<PoolConnection<Postgres>> {
     Ok(conn)
 }
 
-/// How many sessions that plan once `db`'s pool may keep between batches: one per eight
-/// connections (two of the default twenty), none in a pool smaller than eight, where a kept
-/// session would be a large share of what the handlers, the relay and the consumers wait for
-/// (with one connection, all of it).
+/// How many sessions that plan once each kind of writer (the intake, the deductions leaders, a
+/// consumer) may keep between batches in `db`'s pool: one per eight connections (two of the
+/// default twenty), none in a pool smaller than eight, where a kept session would be a large
+/// share of what the handlers, the relay and the consumers wait for (with one connection, all
+/// of it).
 pub fn keepable(db: &PgPool) -> usize {
     (db.options().get_max_connections() / 8) as usize
 }
