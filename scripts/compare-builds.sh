@@ -23,7 +23,8 @@
 # orders is counted), and gives four figures per run: CPU ms per order of our own processes
 # (both services, PostgreSQL, Redis: scripts/lib/cpu.sh), the order POST's p99, and the p50
 # and p99 of created → settled (order-service's order_end_to_end_seconds). Both also give the
-# CPU per order of each process: both services, PostgreSQL, Redis, RabbitMQ, and k6 itself.
+# CPU per order of each process: both services, PostgreSQL, Redis, RabbitMQ, and k6 itself,
+# and the context switches per order of each but k6 (how often its threads slept and were woken).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -129,13 +130,17 @@ timed() { # output file, command…
 }
 
 # Where the CPU of an order went, process by process: our own (both services, PostgreSQL,
-# Redis) and the rest of the machine (RabbitMQ, and k6 itself).
-record_others() { # workload, label, before, after, orders, k6 CPU seconds
+# Redis) and the rest of the machine (RabbitMQ, and k6 itself); and how often each process's
+# threads slept and were woken again per order (context switches, a count).
+record_others() { # workload, label, before, after, orders, k6 CPU seconds, switches before, after
   local group
   for group in postgresql order-service inventory-service redis rabbitmq; do
     record "$1-$group-cpu-ms-per-order" "$2" "$(cpu_group_ms "$3" "$4" "$5" "$group")"
   done
   record "$1-k6-cpu-ms-per-order" "$2" "$(awk -v s="$6" -v n="$5" 'BEGIN { printf "%.2f", 1000 * s / n }')"
+  for group in postgresql order-service inventory-service redis rabbitmq; do
+    record "$1-$group-switches-per-order" "$2" "$(switches_per_order "$7" "$8" "$5" "$group")"
+  done
 }
 
 # create-orders at a constant rate: what an order costs, and how long it takes to settle.
@@ -143,19 +148,21 @@ run_moderate() { # dir, label
   start_build "$1" "$2"
   seed_benchmark_products "postgres://$PGUSER@$PGHOST:$PGPORT/cmp_stock_$RUN_ID"
   sleep 2
-  local summary="$OUT/$RUN_ID-moderate.json" before after orders
+  local summary="$OUT/$RUN_ID-moderate.json" before after orders switched waking
+  switched="$(switch_snapshot)"
   before="$(cpu_snapshot)"
   local k6_cpu
   k6_cpu="$(timed "$OUT/$RUN_ID-moderate.txt" env SUMMARY_FILE="$summary" DURATION="$K6_DURATION" \
     RATE="$RATE" VUS=50 SEEDED=1 P99_MS=60000 k6 run -q k6/create-orders.js)"
   sleep 3 # the last orders settle
   after="$(cpu_snapshot)"
+  waking="$(switch_snapshot)"
   orders="$(jq -r '.report.orders_created' "$summary" 2>/dev/null || echo 0)"
   if [ "${orders:-0}" -gt 0 ]; then
     local settle
     settle="$(curl -fs "$ORDER_URL/metrics" | scripts/lib/quantile.py order_end_to_end_seconds 0.5 0.99)"
     record moderate-cpu-ms-per-order "$2" "$(cpu_own_ms "$before" "$after" "$orders")"
-    record_others moderate "$2" "$before" "$after" "$orders" "$k6_cpu"
+    record_others moderate "$2" "$before" "$after" "$orders" "$k6_cpu" "$switched" "$waking"
     record moderate-post-p99-ms "$2" "$(jq -r '.report.order_post_p99_ms' "$summary")"
     record moderate-settle-p50-ms "$2" "${settle% *}"
     record moderate-settle-p99-ms "$2" "${settle#* }"
@@ -192,7 +199,8 @@ run_one() { # workload, dir, label
   local summary="$OUT/$RUN_ID-$1.json"
   local knobs=(DURATION="$K6_DURATION")
   [ "$1" = create-orders ] && knobs+=(VUS="$VUS")
-  local before after k6_cpu
+  local before after k6_cpu switched waking
+  switched="$(switch_snapshot)"
   before="$(cpu_snapshot)"
   k6_cpu="$(timed "$OUT/$RUN_ID-$1.txt" env SUMMARY_FILE="$summary" "${knobs[@]}" \
     k6 run -q "k6/$1.js")"
@@ -201,10 +209,11 @@ run_one() { # workload, dir, label
   if [ "$1" = create-orders ] && [ "$value" != n/a ]; then
     sleep 2 # the last orders settle
     after="$(cpu_snapshot)"
+    waking="$(switch_snapshot)"
     local orders
     orders="$(jq -r '.report.orders_created' "$summary")"
     record create-orders-cpu-ms-per-order "$3" "$(cpu_own_ms "$before" "$after" "$orders")"
-    record_others create-orders "$3" "$before" "$after" "$orders" "$k6_cpu"
+    record_others create-orders "$3" "$before" "$after" "$orders" "$k6_cpu" "$switched" "$waking"
   fi
   if [ "$1" = flash-sale ]; then
     local invariants

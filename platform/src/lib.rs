@@ -7,13 +7,15 @@
 //! - [`storage`]: PostgreSQL (pools, the primary, vacuum), Redis (connection, Sentinel,
 //!   health) and the TLS both use;
 //! - [`telemetry`]: logs, traces and the trace context events carry;
-//! - [`config`], [`retry`] and [`shutdown`]: the helpers every layer uses.
+//! - [`config`], [`retry`] and [`shutdown`]: the helpers every layer uses;
+//! - [`runtime`]: the Tokio runtime each binary runs on.
 
 pub mod config;
 pub mod http;
 pub mod messaging;
 mod raw;
 pub mod retry;
+pub mod runtime;
 pub mod shutdown;
 pub mod startup;
 pub mod storage;

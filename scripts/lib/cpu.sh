@@ -6,10 +6,24 @@
 #   cpu_per_order "$before" "$after" ORDERS        # a table: group, CPU seconds, CPU ms/order
 #   cpu_own_ms "$before" "$after" ORDERS           # ms per order: both services + PostgreSQL + Redis
 #
-# Reads utime + stime of every process from /proc. Only meaningful on a machine where these
-# are the only busy processes. Linux only.
+#   before="$(switch_snapshot)"; …; after="$(switch_snapshot)"
+#   switches_per_order "$before" "$after" ORDERS GROUP   # a count: how often its threads slept
+#
+# Reads utime + stime of every process, and the context switches of every thread, from /proc.
+# Only meaningful on a machine where these are the only busy processes. Linux only.
 
 CPU_TICKS="$(getconf CLK_TCK)"
+
+# The group a process belongs to, by its name (comm, at most 15 characters), for awk.
+CPU_GROUPS_AWK='
+  function group_of(name) {
+    if (name ~ /^(postgres|postmaster)$/) return "postgresql"
+    if (name ~ /^(beam\.smp|erl_child_setup|epmd|inet_gethost)$/) return "rabbitmq"
+    if (name == "redis-server") return "redis"
+    if (name == "order-service") return "order-service"
+    if (name ~ /^inventory-servi/) return "inventory-service"
+    return ""
+  }'
 
 # Prints "<group> <ticks>" for every process group of interest: PostgreSQL (all backends and
 # helpers), RabbitMQ (the Erlang VM), Redis, the two services.
@@ -23,14 +37,33 @@ cpu_snapshot() {
     # shellcheck disable=SC2086
     set -- $rest
     echo "$name ${12} ${13}"
-  done | awk '
-    $1 ~ /^(postgres|postmaster)$/ { g = "postgresql" }
-    $1 ~ /^(beam\.smp|erl_child_setup|epmd|inet_gethost)$/ { g = "rabbitmq" }
-    $1 == "redis-server" { g = "redis" }
-    $1 == "order-service" { g = "order-service" }
-    $1 ~ /^inventory-servi/ { g = "inventory-service" }
-    g != "" { t[g] += $2 + $3; g = "" }
+  done | awk "$CPU_GROUPS_AWK"'
+    { g = group_of($1) }
+    g != "" { t[g] += $2 + $3 }
     END { for (k in t) print k, t[k] }' | sort
+}
+
+# Prints "<group> <switches>": voluntary and involuntary context switches of every thread of
+# every process of interest. A thread that waits for a socket, a lock or a timer and is woken
+# again counts one: at a moderate rate, where work arrives one request at a time, this counts
+# the wake-ups an order costs. Threads that ended before the snapshot are not counted.
+switch_snapshot() {
+  awk "$CPU_GROUPS_AWK"'
+    FNR == 1 {
+      split(FILENAME, part, "/"); pid = part[3]
+      if (!(pid in group)) {
+        name = ""; getline name < ("/proc/" pid "/comm"); close("/proc/" pid "/comm")
+        group[pid] = group_of(name)
+      }
+    }
+    /^(voluntary|nonvoluntary)_ctxt_switches:/ && group[pid] != "" { t[group[pid]] += $2 }
+    END { for (k in t) print k, t[k] }' /proc/[0-9]*/task/[0-9]*/status 2>/dev/null | sort
+}
+
+# One group's context switches per order.
+switches_per_order() { # before after orders group
+  join <(echo "$1") <(echo "$2") | awk -v n="$3" -v g="$4" '
+    $1 == g { s += $3 - $2 } END { printf "%.1f\n", s / n }'
 }
 
 cpu_per_order() { # before after orders

@@ -48,6 +48,10 @@ pub async fn assert_each_setting_refused(
             stderr.contains(name),
             "{name}={value:?} was refused without naming it: {stderr}"
         );
+        assert!(
+            !stderr.contains("panicked"),
+            "{name}={value:?} was refused by a panic, not a message: {stderr}"
+        );
     }
 }
 
@@ -74,6 +78,9 @@ pub const REFUSED_BY_EVERY_SERVICE: &[(&str, &str)] = &[
     ("REDIS_CA_FILE", "/nonexistent/ca.pem"),
     ("AMQP_CA_FILE", "/etc/hostname"),
     ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+    // Left to Tokio, these panic when the runtime is built.
+    ("TOKIO_WORKER_THREADS", "0"),
+    ("TOKIO_WORKER_THREADS", "two"),
     ("AMQP_URLS", "amqp://guest:guest@127.0.0.1:1/%2f,not a url"),
     ("AMQP_URLS", "amqp://guest:guest@127.0.0.1:1/%2f,"),
 ];

@@ -2,7 +2,9 @@
 //! Cargo hands a test the paths of its own package's binaries only, so this package has one
 //! that runs the service exactly as its own binary does.
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    platform::telemetry::run("inventory-service", inventory_service::run_from_env()).await
+fn main() -> anyhow::Result<()> {
+    platform::runtime::build()?.block_on(platform::telemetry::run(
+        "inventory-service",
+        inventory_service::run_from_env(),
+    ))
 }

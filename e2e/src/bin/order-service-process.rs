@@ -2,7 +2,9 @@
 //! (configuration from the environment, telemetry, shutdown on SIGTERM), for tests that need
 //! what is the process's alone (its tracer provider, its exit).
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    platform::telemetry::run("order-service", order_service::run_from_env()).await
+fn main() -> anyhow::Result<()> {
+    platform::runtime::build()?.block_on(platform::telemetry::run(
+        "order-service",
+        order_service::run_from_env(),
+    ))
 }
