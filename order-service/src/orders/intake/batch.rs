@@ -8,7 +8,12 @@
 //!    PostgreSQL's stored outcomes (one query), else 400 or 503.
 //! 2. The claimed ones are written in one statement ([`crate::orders::intake::placement::insert_batch`]). One
 //!    whose token already has an outcome is skipped alone and answered with that outcome.
-//! 3. The outcomes go to Redis in one round trip, for cheap replays.
+//! 3. The requests are answered, and then the outcomes go to Redis in one round trip, for
+//!    cheap replays ([`Record`]). Answering first takes a Redis round trip off every order's
+//!    latency and opens no gap: until the outcome is there, the token's claim is in flight
+//!    with the same request's fingerprint, which sends a replay to PostgreSQL's outcome (as
+//!    after a Redis failover), and this instance's next batch, where a replay sent here
+//!    would be, starts only once the outcomes are recorded.
 //!
 //! A token's taker is checked wherever its state is found (Redis or PostgreSQL): another
 //! user's token is 403 before its body is compared.
@@ -33,31 +38,67 @@ use crate::tokens::store::{Claim, ClaimRequest, Held};
 
 type Answer = Result<Placed, PlaceError>;
 
-/// Places the batch; the answers are index-aligned with `batch`.
-pub(super) async fn place(writer: &Writer, conn: &mut Kept, batch: Vec<Placement>) -> Vec<Answer> {
+/// Places the batch: the answers, index-aligned with `batch`, and the outcomes to record in
+/// Redis once they are given.
+pub(super) async fn place(
+    writer: &Writer,
+    conn: &mut Kept,
+    batch: Vec<Placement>,
+) -> (Vec<Answer>, Record) {
     let mut answers: Vec<Option<Answer>> = batch.iter().map(|_| None).collect();
+    let mut record = Record::default();
     let (claimed, ask_postgres) = claim(writer, &batch, &mut answers).await;
     let connection = match conn.get(&writer.db).await {
         Ok(connection) => connection,
         Err(error) => {
             release(writer, &batch, &claimed).await;
-            return finish(answers, Some(error));
+            return (finish(answers, Some(error)), record);
         }
     };
-    match write(
+    let written = write(
         writer,
         connection,
         &batch,
         claimed,
         ask_postgres,
         &mut answers,
+        &mut record,
     )
-    .await
-    {
-        Ok(()) => finish(answers, None),
+    .await;
+    record.batch = batch;
+    match written {
+        Ok(()) => (finish(answers, None), record),
         Err(error) => {
             conn.discard();
-            finish(answers, Some(error))
+            (finish(answers, Some(error)), record)
+        }
+    }
+}
+
+/// The outcomes of a batch to record in Redis after its requests were answered: the new
+/// ones, and stored ones Redis had forgotten.
+#[derive(Default)]
+pub(super) struct Record {
+    batch: Vec<Placement>,
+    /// Indexes in `batch` of the orders this batch wrote.
+    done: Vec<usize>,
+    warm: Vec<(Uuid, StoredResponse)>,
+}
+
+impl Record {
+    /// Records the outcomes in one round trip. When that fails, the new ones' tokens are
+    /// given back instead of being left in flight: a retry then claims the token, is skipped
+    /// by PostgreSQL's unique key and gets the stored response, instead of 409s.
+    pub(super) async fn write(self, writer: &Writer) {
+        let outcomes: Vec<(Uuid, &StoredResponse)> = self
+            .done
+            .iter()
+            .map(|&i| (self.batch[i].row.token, &self.batch[i].row.response))
+            .chain(self.warm.iter().map(|(token, response)| (*token, response)))
+            .collect();
+        if let Err(error) = writer.tokens.complete_all(&outcomes).await {
+            tracing::warn!(%error, "could not cache responses in Redis; PostgreSQL has them");
+            release(writer, &self.batch, &self.done).await;
         }
     }
 }
@@ -129,11 +170,9 @@ async fn write(
     claimed: Vec<usize>,
     ask_postgres: Vec<(usize, PlaceError)>,
     answers: &mut [Option<Answer>],
+    record: &mut Record,
 ) -> sqlx::Result<()> {
-    // Outcomes to record in Redis once the batch is written: new ones, and stored ones
-    // Redis had forgotten.
-    let mut done: Vec<usize> = Vec::new();
-    let mut warm: Vec<(Uuid, StoredResponse)> = Vec::new();
+    let Record { done, warm, .. } = record;
 
     let tokens: Vec<Uuid> = ask_postgres
         .iter()
@@ -185,9 +224,7 @@ async fn write(
         metrics::counter!(crate::metrics::ORDER_TRANSITIONS_TOTAL, "to" => "PENDING")
             .increment(inserted.len() as u64);
     }
-    settle_skipped(writer, conn, batch, &skipped, answers, &mut warm).await?;
-    record(writer, batch, &done, &warm).await;
-    Ok(())
+    settle_skipped(writer, conn, batch, &skipped, answers, warm).await
 }
 
 /// Answers the claimed requests whose token already had an outcome in PostgreSQL (Redis had
@@ -223,26 +260,6 @@ async fn settle_skipped(
     }
     release(writer, batch, &unsettled).await;
     Ok(())
-}
-
-/// Records the batch's outcomes in Redis in one round trip. When that fails, the new ones'
-/// tokens are given back instead of being left in flight: a retry then claims the token, is
-/// skipped by PostgreSQL's unique key and gets the stored response, instead of 409s.
-async fn record(
-    writer: &Writer,
-    batch: &[Placement],
-    done: &[usize],
-    warm: &[(Uuid, StoredResponse)],
-) {
-    let outcomes: Vec<(Uuid, &StoredResponse)> = done
-        .iter()
-        .map(|&i| (batch[i].row.token, &batch[i].row.response))
-        .chain(warm.iter().map(|(token, response)| (*token, response)))
-        .collect();
-    if let Err(error) = writer.tokens.complete_all(&outcomes).await {
-        tracing::warn!(%error, "could not cache responses in Redis; PostgreSQL has them");
-        release(writer, batch, done).await;
-    }
 }
 
 /// Gives back the tokens of `indexes` that their requests still hold, in one round trip.

@@ -3,8 +3,8 @@
 //! Handlers do not write orders themselves. Each hands its validated, prepared order to the
 //! one intake task of the process and waits for its own answer. The task takes everything
 //! queued (up to `INTAKE_BATCH_MAX`), claims the batch's tokens in Redis in one round trip,
-//! writes all its orders in one statement and one commit, records the outcomes in Redis in one
-//! round trip, and answers each request. Requests that arrive meanwhile queue for the next
+//! writes all its orders in one statement and one commit, answers each request, and records
+//! the outcomes in Redis in one round trip before it takes the next batch. Requests that arrive meanwhile queue for the next
 //! batch. Nothing waits to gather a batch: an idle service writes a batch of one at once, the
 //! same code as a batch of sixty-four. This is how one WAL flush comes to serve many orders
 //! (see [`placement`]).
@@ -134,8 +134,8 @@ impl Intake {
     }
 }
 
-/// Writes one batch and answers its requests. A panic fails this batch's requests (their
-/// answers are dropped: each gets a 500) but not the task.
+/// Writes one batch, answers its requests, then records their outcomes in Redis. A panic
+/// fails this batch's requests (their answers are dropped: each gets a 500) but not the task.
 async fn write(writer: &Writer, conn: &mut planned_once::Kept, jobs: Vec<Job>) {
     metrics::gauge!(INTAKE_WAITING).decrement(jobs.len() as f64);
     metrics::histogram!(INTAKE_BATCH_SIZE).record(jobs.len() as f64);
@@ -145,11 +145,15 @@ async fn write(writer: &Writer, conn: &mut planned_once::Kept, jobs: Vec<Job>) {
     let ran = run.catch_unwind().await;
     conn.end_batch(&writer.db);
     match ran {
-        Ok(answers) => {
+        Ok((answers, record)) => {
             for (reply, answer) in replies.into_iter().zip(answers) {
                 // The client may have gone (a timeout): its order stands, and a retry with
                 // its token replays it.
                 reply.send(answer).ok();
+            }
+            let recorded = std::panic::AssertUnwindSafe(record.write(writer));
+            if recorded.catch_unwind().await.is_err() {
+                tracing::error!("recording a batch's outcomes in Redis panicked");
             }
         }
         Err(_) => {
