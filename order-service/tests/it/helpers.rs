@@ -223,6 +223,15 @@ impl TestApp {
             .expect("set");
     }
 
+    /// A token's Redis state (`issued:…`, `inflight:…`, `done:…`), if Redis has it.
+    pub async fn token_state(&self, token: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(self.token_key(token))
+            .query_async::<Option<String>>(&mut self.redis().await)
+            .await
+            .expect("get")
+    }
+
     pub async fn redis_key_exists(&self, token: &str) -> bool {
         redis::cmd("EXISTS")
             .arg(self.token_key(token))

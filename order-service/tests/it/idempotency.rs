@@ -55,6 +55,27 @@ async fn a_replayed_token_returns_the_first_response_byte_for_byte() {
 }
 
 #[tokio::test]
+async fn the_first_response_is_cached_in_redis_after_it_is_given() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    let first = app.post_order(&token, &order_body(1, 1001, 2)).await;
+    assert_eq!(first.status(), 202);
+    let order_id = first.json::<Value>().await.expect("json")["order_id"]
+        .as_str()
+        .expect("order_id")
+        .to_owned();
+    // The answer goes out first and the cache write follows it (decision 0065): replays are
+    // then answered from Redis, not from PostgreSQL.
+    let state = eventually(Duration::from_secs(10), || async {
+        app.token_state(&token)
+            .await
+            .filter(|state| state.starts_with("done:"))
+    })
+    .await;
+    assert!(state.contains(&order_id), "{state}");
+}
+
+#[tokio::test]
 async fn a_token_reused_with_another_body_is_refused() {
     let app = TestApp::spawn().await;
     let token = app.issue_token().await;
