@@ -16,7 +16,9 @@ const SCRIPTS: &str = "/usr/lib/rabbitmq/bin";
 
 /// A running cluster. Ports from `base_port`: `epmd` on `base_port`, node `n` (from 0) takes
 /// AMQP on `base_port + 1 + n` and Erlang distribution on `base_port + 11 + n`, and the CLI
-/// tools take `base_port + 50 ..= base_port + 99`. So a cluster needs 100 ports.
+/// tools take `base_port + 50 ..= base_port + 99`. So a cluster needs 100 ports; below the
+/// kernel's ephemeral range, so that no free port chosen elsewhere and no client's source port
+/// takes one of them before its node binds it.
 #[derive(Debug)]
 pub struct PrivateRabbitCluster {
     dir: PathBuf,
@@ -138,7 +140,7 @@ impl PrivateRabbitCluster {
     }
 
     /// Waits until `node` has booted, as its console says. Not by polling its AMQP port:
-    /// these ports lie in the ephemeral range, and a connect polled while nothing listens can
+    /// if it lies in the ephemeral range, a connect polled while nothing listens can
     /// be given the port itself as its source and connect to itself, taking the port from the
     /// node about to listen there.
     async fn await_boot(&mut self, node: usize) {

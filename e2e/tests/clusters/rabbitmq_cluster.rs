@@ -14,8 +14,10 @@ use testkit::{TestDatabase, eventually};
 
 use crate::fleet::{Databases, Fleet, Load, LoadPlan, ServiceEnv, check_invariants};
 
-/// The cluster's ports: 56100–56199.
-const BASE_PORT: u16 = 56100;
+/// The cluster's ports: 27100–27199, below the kernel's ephemeral range (32768–60999 here).
+/// Inside it, another test's free port or any client's source port could take a node's port
+/// between the choice and the bind (a node once failed to boot with `dist_port_already_used`).
+const BASE_PORT: u16 = 27100;
 const NODES: usize = 3;
 const INSTANCES: usize = 2;
 const AFTER_THE_RETURN: Duration = Duration::from_secs(10);
