@@ -4,7 +4,7 @@
 //!
 //! The count is Tokio's own variable and Tokio's own default: one worker per CPU the process
 //! may use (a CPU limit counts, a request does not). Measured on two cores, one worker made
-//! the services' threads sleep and wake a third less often per order at a moderate rate but
+//! the services' threads sleep and wake a fifth to a third less often per order at a moderate rate but
 //! spent the same CPU, and created 8–10 % fewer orders at saturation (the benchmarks of
 //! 2026-12-05, `docs/benchmarks/2026-12-05-worker-threads.md`).
 

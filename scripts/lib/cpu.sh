@@ -46,11 +46,13 @@ cpu_snapshot() {
 # Prints "<group> <switches>": voluntary and involuntary context switches of every thread of
 # every process of interest. A thread that waits for a socket, a lock or a timer and is woken
 # again counts one: at a moderate rate, where work arrives one request at a time, this counts
-# the wake-ups an order costs. Threads that ended before the snapshot are not counted. grep
-# reads the files, not awk: a thread that ends between the glob and the read must be skipped,
-# and awk stops at a file it cannot open.
+# the wake-ups an order costs. A thread that ends between two snapshots takes its whole count
+# out of the difference (a closed PostgreSQL connection's backend): measure while the stack
+# keeps its connections. grep reads the files, not awk: a thread that ends between the glob
+# and the read must be skipped (grep then exits 2, which pipefail must not see), and awk
+# stops at a file it cannot open.
 switch_snapshot() {
-  grep -H '_ctxt_switches:' /proc/[0-9]*/task/[0-9]*/status 2>/dev/null | awk -F: "$CPU_GROUPS_AWK"'
+  { grep -H '_ctxt_switches:' /proc/[0-9]*/task/[0-9]*/status 2>/dev/null || true; } | awk -F: "$CPU_GROUPS_AWK"'
     {
       split($1, part, "/"); pid = part[3]
       if (!(pid in group)) {

@@ -347,8 +347,9 @@ impl Drop for PrivateRabbitCluster {
 }
 
 /// Waits until `epmd` accepts connections on `127.0.0.1:port`. It binds within milliseconds;
-/// the pause between attempts keeps a connect from ever meeting itself (a port of the
-/// ephemeral range, polled while nothing listens, can be the client's own source port).
+/// the pause between attempts keeps a connect from ever meeting itself, should the port lie
+/// in the ephemeral range (one polled while nothing listens can be the client's own source
+/// port).
 async fn await_epmd(port: u16) {
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -44,7 +44,7 @@ const GIVE_UP: Duration = Duration::from_secs(60);
 #[ignore = "starts its own clusters; scripts/clusters.sh runs these"]
 async fn a_sentinel_failover_under_load_oversells_nothing_and_keeps_one_order_per_token() {
     let began = Instant::now();
-    let mut redis = PrivateSentinel::start(56240..56260).await;
+    let mut redis = PrivateSentinel::start(27245..27265).await;
     let vhost = TestVhost::create();
     let order_db = TestDatabase::create("sentinel_orders", &order_service::MIGRATOR).await;
     let inventory_db =

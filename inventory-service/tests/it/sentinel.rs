@@ -56,7 +56,7 @@ async fn lock_lands_on(deployment: &PrivateSentinel, locker: &Locker, port: u16)
 
 #[tokio::test(flavor = "multi_thread")]
 async fn locks_are_taken_on_the_promoted_replica_after_the_primary_is_killed() {
-    let mut deployment = PrivateSentinel::start(56200..56215).await;
+    let mut deployment = PrivateSentinel::start(27200..27215).await;
     let (locker, conn, _watch) = locker_through(&deployment);
     let first = deployment.primary_port().await;
     eventually(FAILOVER, || lock_lands_on(&deployment, &locker, first)).await;
@@ -73,7 +73,7 @@ async fn locks_are_taken_on_the_promoted_replica_after_the_primary_is_killed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_primary_demoted_while_it_runs_is_left_for_the_one_promoted() {
-    let deployment = PrivateSentinel::start(56215..56230).await;
+    let deployment = PrivateSentinel::start(27215..27230).await;
     let (locker, conn, _watch) = locker_through(&deployment);
     let first = deployment.primary_port().await;
     eventually(FAILOVER, || lock_lands_on(&deployment, &locker, first)).await;
@@ -93,7 +93,7 @@ async fn a_primary_demoted_while_it_runs_is_left_for_the_one_promoted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_rediss_the_sentinels_and_the_primary_they_name_are_reached_over_tls() {
     let ca = TestCa::new();
-    let mut deployment = PrivateSentinel::start_tls(56230..56245, &ca).await;
+    let mut deployment = PrivateSentinel::start_tls(27230..27245, &ca).await;
     let trusted = CaBundle::load(ca.ca_file()).expect("the test CA");
     let (locker, _, _watch) =
         locker_through_as(&deployment, "rediss://127.0.0.1:1/0", Some(&trusted));

@@ -223,6 +223,18 @@ impl TestApp {
             .expect("set");
     }
 
+    /// Waits until `token`'s first response is cached in Redis and returns that state. The
+    /// intake writes it after answering (decision 0065): a test that changes the token's Redis
+    /// state after placing its order waits for this first, or the late write can undo it.
+    pub async fn await_cached(&self, token: &str) -> String {
+        eventually(Duration::from_secs(10), || async {
+            self.token_state(token)
+                .await
+                .filter(|state| state.starts_with("done:"))
+        })
+        .await
+    }
+
     /// A token's Redis state (`issued:…`, `inflight:…`, `done:…`), if Redis has it.
     pub async fn token_state(&self, token: &str) -> Option<String> {
         redis::cmd("GET")

@@ -66,12 +66,7 @@ async fn the_first_response_is_cached_in_redis_after_it_is_given() {
         .to_owned();
     // The answer goes out first and the cache write follows it (decision 0065): replays are
     // then answered from Redis, not from PostgreSQL.
-    let state = eventually(Duration::from_secs(10), || async {
-        app.token_state(&token)
-            .await
-            .filter(|state| state.starts_with("done:"))
-    })
-    .await;
+    let state = app.await_cached(&token).await;
     assert!(state.contains(&order_id), "{state}");
 }
 
@@ -145,6 +140,7 @@ async fn a_replay_after_redis_lost_every_key_returns_the_same_order() {
     let first = app.post_order(&token, &order_body(1, 1001, 2)).await;
     let first_body = first.bytes().await.expect("body");
 
+    app.await_cached(&token).await;
     app.forget_redis().await;
     assert!(!app.redis_key_exists(&token).await);
     let replay = app.post_order(&token, &order_body(1, 1001, 2)).await;
@@ -152,6 +148,8 @@ async fn a_replay_after_redis_lost_every_key_returns_the_same_order() {
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(replay.bytes().await.expect("body"), first_body);
 
+    // The replay cached the outcome again, after its answer.
+    app.await_cached(&token).await;
     app.forget_redis().await;
     let reused = app.post_order(&token, &order_body(1, 1001, 5)).await;
     assert_problem(reused, 422, "idempotency-key-reused").await;
@@ -267,6 +265,7 @@ async fn a_claim_that_outlived_its_committed_request_replays_the_outcome_from_po
     let first = app.post_order(&token, &body).await;
     assert_eq!(first.status(), 202);
     let first = first.text().await.expect("the first body");
+    app.await_cached(&token).await;
     // What a Redis failover can leave: the promoted replica had the claim, but not the
     // outcome recorded after it.
     let fingerprint = order_service::tokens::fingerprint::of_json(&body);

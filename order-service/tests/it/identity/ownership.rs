@@ -65,6 +65,7 @@ async fn another_users_token_is_403_in_every_state_even_after_redis_forgot_it() 
     assert_eq!(first.status(), 202);
     let first: Value = first.json().await.expect("json");
     assert_problem(mallory.post_order(&key, &body).await, 403, "forbidden").await;
+    app.await_cached(&key).await;
     app.forget_redis().await;
     assert_problem(mallory.post_order(&key, &body).await, 403, "forbidden").await;
     let replay = alice.post_order(&key, &body).await;
