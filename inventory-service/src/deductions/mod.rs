@@ -2,9 +2,10 @@
 //! for every request that queued for the same products while the previous batch ran.
 //!
 //! - [`queue`]: who leads, what joins the next batch, [`MAX_BATCH`].
-//! - [`batch`]: one batch under one lock, in two round trips: read the stock and the stored
-//!   ids, judge every request in arrival order ([`judge`], by the stock engine's rules), write
-//!   everything in one statement that commits it.
+//! - [`batch`]: one batch under its locks, retried when it loses a race; [`attempt`]: one
+//!   try of it, in two round trips: read the stock and the stored ids, judge every request in
+//!   arrival order ([`judge`], by the stock engine's rules), write everything in one statement
+//!   that commits it.
 //! - [`response`]: the first answer of an id (stored) and its replays.
 //! - [`retry`]: which failures are lost races, retried before answering 503 `busy`.
 //! - [`request`]: what a valid deduction is; [`queries`]: its table and the two statements;
@@ -12,7 +13,8 @@
 //!
 //! A batch of one runs the same code as a batch of a hundred: there is no other write path.
 
-pub mod batch;
+pub mod attempt;
+mod batch;
 mod error;
 mod judge;
 pub mod queries;

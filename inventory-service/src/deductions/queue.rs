@@ -21,7 +21,8 @@ use shared::ids::ProductId;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 
-use super::batch::{self, Attempted};
+use super::attempt::Attempted;
+use super::batch;
 use super::error::DeductionError;
 use super::request::DeductionRequest;
 use crate::holds::batched::Step;

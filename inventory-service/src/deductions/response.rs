@@ -10,7 +10,7 @@ use shared::ids::ProductId;
 
 use super::{AppliedStatus, DeductionApplied};
 
-use super::batch::Verdict;
+use super::attempt::Verdict;
 use super::error::DeductionError;
 use super::queries::StoredDeduction;
 use super::request::{DeductionRequest, DeductionStatus, Kind, Take};

@@ -1,11 +1,11 @@
-//! One batch of `POST /deductions` on its own (`deductions::batch::apply_once`): every rule of
+//! One batch of `POST /deductions` on its own (`deductions::attempt::apply_once`): every rule of
 //! docs/contract.md §3.2 as if the requests came one at a time in order, the stock change and
 //! the outcomes written in one transaction, nothing written when anything is off.
 
 use std::time::Duration;
 
 use inventory_service::deductions::DeductionError;
-use inventory_service::deductions::batch::{self, Entry, Verdict};
+use inventory_service::deductions::attempt::{self, Entry, Verdict};
 use inventory_service::deductions::queries::StoredDeduction;
 use inventory_service::deductions::request::{
     DeductionId, DeductionRequest, DeductionStatus, Items,
@@ -67,7 +67,7 @@ async fn apply(
 ) -> Result<Vec<Verdict>, DeductionError> {
     let entries = entries(requests);
     let mut conn = pool.acquire().await.expect("a connection");
-    batch::apply_once(&mut conn, &entries).await
+    attempt::apply_once(&mut conn, &entries).await
 }
 
 /// The outcome a verdict carries, in short: status, reason and response status, with what
@@ -386,7 +386,7 @@ async fn apply_remembered(
     pool: &PgPool,
     requests: &[(DeductionRequest, String)],
     remembered: &[(i64, i64, i64)],
-) -> Result<batch::Attempted, DeductionError> {
+) -> Result<attempt::Attempted, DeductionError> {
     let entries = entries(requests);
     let rows = remembered
         .iter()
@@ -397,7 +397,7 @@ async fn apply_remembered(
         .map(|(request, _)| request.items.product_ids())
         .unwrap_or_default();
     let mut conn = pool.acquire().await.expect("a connection");
-    batch::apply_on(&mut conn, &products, &entries, &[], Some(rows)).await
+    attempt::apply_on(&mut conn, &products, &entries, &[], Some(rows)).await
 }
 
 #[tokio::test]
