@@ -166,6 +166,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_session_let_go_is_closed_so_its_settings_never_reach_another_user_of_the_pool() {
+        let db = pool(8).await;
+        let mut kept = Kept::default();
+        let conn = kept.get(&db).await.expect("a session");
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut **conn)
+            .await
+            .expect("its backend");
+        // Let go after a failure, and at the end of a writer's life (a shelf that is full).
+        kept.discard();
+        let shelf = Shelf::new(0);
+        let mut other = Kept::default();
+        other.get(&db).await.expect("another session");
+        shelf.put_back(other, &db);
+        // Every connection the pool hands out now plans for its values, and none is the
+        // first session's backend.
+        let mut taken = Vec::new();
+        for _ in 0..8 {
+            let mut conn = db.acquire().await.expect("a pooled connection");
+            assert_ne!(plan_cache_mode(&mut conn).await, "force_generic_plan");
+            let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *conn)
+                .await
+                .expect("its backend");
+            assert_ne!(backend, pid, "the session let go came back to the pool");
+            taken.push(conn);
+        }
+    }
+
+    #[tokio::test]
     async fn a_pool_too_small_to_spare_a_session_lends_a_plain_connection_and_gets_it_back() {
         let db = pool(1).await;
         let mut kept = Kept::default();
