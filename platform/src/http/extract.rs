@@ -63,7 +63,14 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
 /// with a wrong value: `{"n": 1e4x}` fails on the float before the `x`, and `1e400` or a
 /// number where a field takes one of some names fail as "syntax". The document's grammar,
 /// checked on its own (`IgnoredAny` builds no value), decides: not JSON is a 400, JSON is a 422.
+/// JSON text is UTF-8 (RFC 8259 §8.1), which that check does not see (it skips over strings
+/// without decoding them), so bytes that are not UTF-8 are looked for first.
 fn refusal(bytes: &[u8], error: &serde_json::Error) -> Problem {
+    if let Err(not_utf8) = std::str::from_utf8(bytes) {
+        return Problem::malformed_json(format!(
+            "the request body is not UTF-8, which JSON text must be: {not_utf8}"
+        ));
+    }
     match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
         Err(_) if bytes.iter().all(u8::is_ascii_whitespace) => {
             Problem::malformed_json("the request body is empty; a JSON document is required")
@@ -192,6 +199,20 @@ mod tests {
             assert_eq!(problem.status, *status, "{body}");
         }
         assert!(parse::<Body>(b"{\"n\": 1}").is_ok());
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_broken_json_even_inside_a_string() {
+        for body in [
+            &b"{\"n\": 1, \"x\": \"\xff\"}"[..],
+            b"{\"n\": \"\xc3\x28\"}",
+            b"\xef\xbb",
+        ] {
+            let problem = parse::<Named>(body).expect_err("not UTF-8");
+            assert_eq!(problem.status, 400, "{body:?}: {}", problem.detail);
+        }
+        // A string with escapes that decode to text is fine.
+        assert!(parse::<Named>(br#"{"name": "caf\u00e9 \u2615"}"#).is_ok());
     }
 
     #[test]
