@@ -63,4 +63,14 @@ mod tests {
         assert_eq!(of_json(&a), of_json(&b));
         assert_ne!(of_json(&a), of_json(&c));
     }
+
+    #[test]
+    fn values_compare_as_they_are_written() {
+        let same = |a: &str, b: &str| of_json(&json(a)) == of_json(&json(b));
+        assert!(same(r#"{"amount": 200.0}"#, r#"{"amount":200.0}"#));
+        assert!(!same(r#"{"amount": 200}"#, r#"{"amount": 200.0}"#));
+        assert!(!same(r#"{"amount": 200.0}"#, r#"{"amount": "200.00"}"#));
+        // A key given twice counts once, with its last value, as the order is read.
+        assert!(same(r#"{"user_id": 1, "user_id": 2}"#, r#"{"user_id": 2}"#));
+    }
 }
