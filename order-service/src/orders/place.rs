@@ -45,7 +45,7 @@ pub async fn place(
     body: &Bytes,
     trace: &TraceContext,
 ) -> Result<Placed, PlaceError> {
-    let mut document: serde_json::Value = platform::http::extract::parse(body)?;
+    let mut document = platform::http::extract::parse_document(body)?;
     if let Some(user) = caller.0 {
         request::default_user(&mut document, user);
     }

@@ -34,6 +34,8 @@ async fn invalid_orders_are_refused_and_change_nothing() {
         ("client-sent status", json!({"user_id": 1, "items": item, "amount": 1, "status": "CONFIRMED"}).to_string(), 422, "validation-failed"),
         ("unknown item field", json!({"user_id": 1, "items": [{"product_id": 1, "quantity": 1, "price": 2}], "amount": 1}).to_string(), 422, "validation-failed"),
         ("half a flat order", json!({"user_id": 1, "product_id": 1, "amount": 1}).to_string(), 422, "validation-failed"),
+        ("a key given twice", "{\"user_id\": 1, \"user_id\": 2, \"items\": [{\"product_id\": 1, \"quantity\": 1}], \"amount\": 1}".into(), 422, "validation-failed"),
+        ("an item key given twice", "{\"user_id\": 1, \"items\": [{\"product_id\": 1, \"quantity\": 1, \"quantity\": 2}], \"amount\": 1}".into(), 422, "validation-failed"),
     ];
     for (name, body, status, slug) in cases {
         // A fresh token each time, so "unknown token" can never be the reason.
@@ -42,6 +44,11 @@ async fn invalid_orders_are_refused_and_change_nothing() {
         assert_eq!(response.status().as_u16(), status, "case: {name}");
         assert_problem(response, status, slug).await;
     }
+    // JSON text is UTF-8: bytes that are not are broken JSON, even inside a string.
+    let token = app.issue_token().await;
+    let not_utf8 = b"{\"user_id\": 1, \"items\": [{\"product_id\": 1, \"quantity\": 1}], \"amount\": \"1\xff\"}";
+    let response = app.post_order_raw(Some(&token), not_utf8.to_vec()).await;
+    assert_problem(response, 400, "malformed-json").await;
     assert_eq!(app.count("orders").await, 0);
     assert_eq!(app.count("outbox").await, 0);
     assert_eq!(app.count("idempotency_keys").await, 0);

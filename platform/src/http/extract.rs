@@ -12,6 +12,7 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use shared::Problem;
 
+mod document;
 mod wording;
 
 use wording::worded;
@@ -52,10 +53,23 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
     if !shared::text::json_may_hold_control(bytes) {
         return serde_json::from_slice(bytes).map_err(|e| refusal(bytes, &e));
     }
-    let document: serde_json::Value =
+    // Read as a document that refuses a repeated key, as a typed body read at once does.
+    let document::Document(document) =
         serde_json::from_slice(bytes).map_err(|e| refusal(bytes, &e))?;
     shared::text::check_json(&document).map_err(Problem::validation)?;
     T::deserialize(document).map_err(|e| Problem::validation(worded(&e)))
+}
+
+/// A JSON document read whole, for a handler that looks at it before typing it: refused as
+/// [`parse`] refuses, and also when an object gives a key twice (a typed body refuses a
+/// repeated field; `Value` alone would keep the last one silently).
+pub fn parse_document(bytes: &[u8]) -> Result<serde_json::Value, Problem> {
+    let document::Document(value) =
+        serde_json::from_slice(bytes).map_err(|e| refusal(bytes, &e))?;
+    if shared::text::json_may_hold_control(bytes) {
+        shared::text::check_json(&value).map_err(Problem::validation)?;
+    }
+    Ok(value)
 }
 
 /// Why `bytes` were refused, `error` being what serde met first. serde reads and checks types
@@ -213,6 +227,20 @@ mod tests {
         }
         // A string with escapes that decode to text is fine.
         assert!(parse::<Named>(br#"{"name": "caf\u00e9 \u2615"}"#).is_ok());
+    }
+
+    #[test]
+    fn a_key_given_twice_is_422_however_the_body_is_read() {
+        for body in [
+            r#"{"name": "a", "name": "b"}"#,
+            // An escape sends the body through the document read first.
+            r#"{"name": "caf\u00e9", "name": "b"}"#,
+        ] {
+            let problem = parse::<Named>(body.as_bytes()).expect_err(body);
+            assert_eq!(problem.status, 422, "{body}: {}", problem.detail);
+            let problem = parse_document(body.as_bytes()).expect_err(body);
+            assert_eq!(problem.status, 422, "{body}: {}", problem.detail);
+        }
     }
 
     #[test]
