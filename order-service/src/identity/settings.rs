@@ -1,5 +1,6 @@
 //! End-user identity settings: `AUTH_JWT_SECRET` or `AUTH_JWKS_URL` (one, not both),
-//! `AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`. Neither key source set: identity is off.
+//! `AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`, `AUTH_JWT_LEEWAY_SECS`. Neither key source set:
+//! identity is off.
 
 use std::time::Duration;
 
@@ -11,8 +12,16 @@ use crate::config::http_url;
 /// RFC 7518 §3.2: an HS256 key must be at least as long as the hash, 256 bits.
 const MIN_SECRET_BYTES: usize = 32;
 
+/// Seconds of clock skew tolerated on `exp` and `nbf` by default: more than the skew of
+/// clocks kept by NTP, little enough that a token is refused within seconds of its `exp`.
+pub const DEFAULT_LEEWAY_SECS: u64 = 5;
+
+/// The most leeway `AUTH_JWT_LEEWAY_SECS` may grant (RFC 7519 §4.1.4: "no more than a few
+/// minutes").
+const MAX_LEEWAY_SECS: u64 = 300;
+
 /// How the service verifies end users' tokens.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct IdentityConfig {
     /// Where verification keys come from; `None`: identity off, every caller anonymous.
     pub keys: Option<KeySource>,
@@ -20,6 +29,19 @@ pub struct IdentityConfig {
     pub issuer: Option<String>,
     /// `AUTH_JWT_AUDIENCE`: when set, tokens must carry this `aud`.
     pub audience: Option<String>,
+    /// `AUTH_JWT_LEEWAY_SECS`: clock skew tolerated on `exp` and `nbf`, in seconds.
+    pub leeway_secs: u64,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self {
+            keys: None,
+            issuer: None,
+            audience: None,
+            leeway_secs: DEFAULT_LEEWAY_SECS,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -84,6 +106,11 @@ impl IdentityConfig {
         };
         let issuer = env::optional("AUTH_JWT_ISSUER");
         let audience = env::optional("AUTH_JWT_AUDIENCE");
+        let leeway_secs = env::within(
+            "AUTH_JWT_LEEWAY_SECS",
+            DEFAULT_LEEWAY_SECS,
+            0..=MAX_LEEWAY_SECS,
+        )?;
         if keys.is_none() {
             // A claim check configured without identity would silently check nothing.
             for (name, value) in [
@@ -102,6 +129,7 @@ impl IdentityConfig {
             keys,
             issuer,
             audience,
+            leeway_secs,
         })
     }
 

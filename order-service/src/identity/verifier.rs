@@ -3,8 +3,9 @@
 //! The accepted algorithms come from the configuration alone: HS256 with `AUTH_JWT_SECRET`,
 //! RS256 and ES256 (each only with a key of its own kind) with `AUTH_JWKS_URL`. A token asking
 //! for anything else (`none`, HS256 against public keys, …) is refused before any key is
-//! touched. `exp` is required, `exp` and `nbf` are checked with 60 s of leeway for clock
-//! skew, and a configured issuer or audience must be present and match.
+//! touched. `exp` is required, `exp` and `nbf` are checked with `AUTH_JWT_LEEWAY_SECS` of leeway
+//! for clock skew (5 s by default), and a configured issuer or audience must be present and
+//! match.
 
 use std::sync::Arc;
 
@@ -15,9 +16,6 @@ use shared::ids::UserId;
 
 use super::jwks::{Jwks, Missing};
 use super::settings::{IdentityConfig, KeySource};
-
-/// Seconds of clock skew tolerated on `exp` and `nbf`.
-pub const LEEWAY_SECS: u64 = 60;
 
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +63,7 @@ impl Verifier {
             KeySource::Jwks(settings) => Keys::Jwks(Jwks::new(settings.clone())?),
         };
         let mut rules = Validation::new(Algorithm::HS256);
-        rules.leeway = LEEWAY_SECS;
+        rules.leeway = config.leeway_secs;
         rules.validate_nbf = true;
         let mut required = vec!["exp"];
         if let Some(issuer) = &config.issuer {

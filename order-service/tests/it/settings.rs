@@ -34,6 +34,9 @@ const REFUSED: &[(&str, &str)] = &[
     // A claim check without identity would check nothing.
     ("AUTH_JWT_ISSUER", "https://id.example"),
     ("AUTH_JWT_AUDIENCE", "orders"),
+    // A few minutes at most (RFC 7519 §4.1.4).
+    ("AUTH_JWT_LEEWAY_SECS", "301"),
+    ("AUTH_JWT_LEEWAY_SECS", "-1"),
     ("CORS_ALLOWED_ORIGINS", "https://shop.example/path"),
     ("CORS_ALLOWED_ORIGINS", "shop.example"),
 ];

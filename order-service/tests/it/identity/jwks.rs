@@ -112,6 +112,7 @@ async fn jwks_app(url: &str, min_refresh: Duration) -> TestApp {
             keys: Some(KeySource::Jwks(settings)),
             issuer: Some(super::ISSUER.into()),
             audience: Some(super::AUDIENCE.into()),
+            ..Default::default()
         }
     })
     .await

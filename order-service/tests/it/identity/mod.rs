@@ -62,6 +62,7 @@ pub fn secret_identity() -> IdentityConfig {
         keys: Some(KeySource::Secret(SECRET.to_vec())),
         issuer: Some(ISSUER.into()),
         audience: Some(AUDIENCE.into()),
+        ..Default::default()
     }
 }
 

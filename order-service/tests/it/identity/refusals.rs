@@ -2,11 +2,12 @@
 //! challenge, before anything else about the request is looked at, and nothing changes.
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use order_service::identity::IdentityConfig;
 use serde_json::{Value, json};
 
 use super::{
     AUDIENCE, As, ISSUER, RSA_A, SECRET, assert_unauthorized, claims, hmac_key, hs256, now,
-    secret_app, sign,
+    secret_app, secret_identity, sign,
 };
 use crate::helpers::{TestApp, random_uuid};
 
@@ -133,8 +134,16 @@ fn refused_tokens() -> Vec<(&'static str, String)> {
             hs256(SECRET, &with("exp", json!(now() - 120))),
         ),
         (
+            "expired ten seconds ago, past the default leeway of five",
+            hs256(SECRET, &with("exp", json!(now() - 10))),
+        ),
+        (
             "not valid before, past the leeway",
             hs256(SECRET, &with("nbf", json!(now() + 120))),
+        ),
+        (
+            "not valid for ten seconds yet",
+            hs256(SECRET, &with("nbf", json!(now() + 10))),
         ),
         ("no exp", hs256(SECRET, &without("exp"))),
         (
@@ -181,8 +190,9 @@ async fn tokens_that_do_not_hold_are_401_invalid_token_on_every_operation() {
 async fn clock_skew_within_the_leeway_is_tolerated_and_the_scheme_name_is_case_insensitive() {
     let app = secret_app().await;
     let mut skewed = claims("7");
-    skewed["exp"] = json!(now() - 20);
-    skewed["nbf"] = json!(now() + 20);
+    // Within the default leeway of five seconds, with a second to spare for the test itself.
+    skewed["exp"] = json!(now() - 3);
+    skewed["nbf"] = json!(now() + 3);
     let response = app
         .client
         .post(app.url("/idempotency-tokens"))
@@ -201,4 +211,27 @@ async fn clock_skew_within_the_leeway_is_tolerated_and_the_scheme_name_is_case_i
     listed["iss"] = json!(ISSUER);
     let user = As::bearer(&app, hs256(SECRET, &listed));
     assert_eq!(user.take_token().await.status(), 201);
+}
+
+#[tokio::test]
+async fn a_wider_leeway_when_configured_tolerates_more_skew_and_no_more() {
+    let app = TestApp::spawn_with(|c| {
+        c.identity = IdentityConfig {
+            leeway_secs: 60,
+            ..secret_identity()
+        }
+    })
+    .await;
+    let mut skewed = claims("7");
+    skewed["exp"] = json!(now() - 20);
+    assert_eq!(
+        As::bearer(&app, hs256(SECRET, &skewed))
+            .take_token()
+            .await
+            .status(),
+        201
+    );
+    skewed["exp"] = json!(now() - 120);
+    let refused = As::bearer(&app, hs256(SECRET, &skewed)).take_token().await;
+    assert_eq!(refused.status(), 401);
 }
