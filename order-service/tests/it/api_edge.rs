@@ -81,6 +81,19 @@ async fn metrics_expose_the_contract_names_from_the_start() {
 }
 
 #[tokio::test]
+async fn a_refusal_rewritten_as_a_problem_is_counted_under_its_matched_route() {
+    let app = TestApp::spawn().await;
+    let token = app.issue_token().await;
+    // Refused by the body reader with a bare 413, which the edge rewrites as problem+json.
+    let body = format!("{{\"pad\": \"{}\"}}", "x".repeat(70 * 1024));
+    let response = app.post_order_raw(Some(&token), body).await;
+    assert_eq!(response.status(), 413);
+    let text = app.get("/metrics").await.text().await.expect("text");
+    let counted = r#"http_requests_total{method="POST",route="/orders",status="413"}"#;
+    assert!(text.contains(counted), "{counted} missing from:\n{text}");
+}
+
+#[tokio::test]
 async fn the_openapi_document_and_swagger_ui_are_served() {
     let app = TestApp::spawn().await;
     let spec: Value = app.get("/openapi.json").await.json().await.expect("json");

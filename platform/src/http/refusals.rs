@@ -56,6 +56,8 @@ fn problem_for_bare_errors(response: Response) -> Response {
         HeaderValue::from_static(shared::problem::CONTENT_TYPE),
     );
     std::mem::swap(rewritten.headers_mut(), &mut parts.headers);
+    // And its extensions: the matched route the metrics and the access log read is one.
+    *rewritten.extensions_mut() = parts.extensions;
     rewritten
 }
 
