@@ -35,7 +35,7 @@ use crate::state::AppState;
             headers(("WWW-Authenticate" = String, description = "`Bearer`, with `error=\"invalid_token\"` when a token was sent"))),
         (status = 404, description = "No such order (or, with identity on, not the caller's)", body = shared::Problem, content_type = PROBLEM),
         (status = 409, description = "`payment-window-closed`: the confirm came at or after `payment_due_at`; \
-            `not-awaiting-payment`: the order is `PENDING` (retry after `Retry-After`), `REJECTED`, `CANCELLED` or `EXPIRED`",
+            `EXPIRED` orders too, whether or not the expiry has run; `not-awaiting-payment`: the order is `PENDING` (retry after `Retry-After`), `REJECTED` or `CANCELLED`",
             body = shared::Problem, content_type = PROBLEM,
             headers(("Retry-After" = u32, description = "On a `PENDING` order only: seconds to wait before confirming again")),
             examples(
