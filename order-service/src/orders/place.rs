@@ -30,9 +30,12 @@ use crate::tokens::fingerprint;
 use crate::tokens::store::TokenStore;
 use crate::tokens::{ResponseStatus, StoredResponse};
 
-/// Parses the token of an `Idempotency-Key` header value.
+/// Parses the token of an `Idempotency-Key` header value. An empty value is a missing key
+/// (most often a client variable that held nothing), as it is on restock.
 pub fn parse_token(header: Option<&str>) -> Result<Uuid, PlaceError> {
-    let raw = header.ok_or(PlaceError::MissingIdempotencyKey)?;
+    let raw = header
+        .filter(|value| !value.trim().is_empty())
+        .ok_or(PlaceError::MissingIdempotencyKey)?;
     // A value that is not one of our UUIDs was never issued.
     Uuid::parse_str(raw.trim()).map_err(|_| PlaceError::UnknownIdempotencyKey)
 }

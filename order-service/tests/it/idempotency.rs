@@ -89,13 +89,15 @@ async fn a_token_reused_with_another_body_is_refused() {
 async fn missing_and_unknown_keys_are_refused_without_creating_anything() {
     let app = TestApp::spawn().await;
     let body = order_body(1, 1001, 1).to_string();
-    assert_problem(
-        app.post_order_raw(None, body.clone()).await,
-        400,
-        "missing-idempotency-key",
-    )
-    .await;
-    for key in [random_uuid(), "not-a-uuid".to_owned(), String::new()] {
+    for key in [None, Some(""), Some("  ")] {
+        assert_problem(
+            app.post_order_raw(key, body.clone()).await,
+            400,
+            "missing-idempotency-key",
+        )
+        .await;
+    }
+    for key in [random_uuid(), "not-a-uuid".to_owned()] {
         let response = app.post_order_raw(Some(&key), body.clone()).await;
         assert_problem(response, 400, "unknown-idempotency-key").await;
     }
