@@ -72,8 +72,9 @@ pub struct Config {
     /// `SHUTDOWN_DRAIN_SECS`: after a shutdown signal, how long `/readyz` answers 503 while the
     /// service still serves, before the graceful shutdown. Default 0.
     pub shutdown_drain: Duration,
-    /// `AUTH_JWT_SECRET` or `AUTH_JWKS_URL`, `AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`: end-user
-    /// identity from bearer JWTs. Unset (the default): off, every caller anonymous.
+    /// `AUTH_JWT_SECRET` or `AUTH_JWKS_URL`, `AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`,
+    /// `AUTH_JWT_LEEWAY_SECS`: end-user identity from bearer JWTs. Unset (the default): off,
+    /// every caller anonymous.
     pub identity: IdentityConfig,
     /// `CORS_ALLOWED_ORIGINS`: origins a browser page may call the API from; unset: none.
     pub cors: Cors,

@@ -91,7 +91,7 @@ pub struct Attempted {
     pub wrote: bool,
 }
 /// The products of a batch: those of its first request, which every other one shares.
-pub(super) fn products_of(entries: &[Entry<'_>]) -> Vec<ProductId> {
+fn products_of(entries: &[Entry<'_>]) -> Vec<ProductId> {
     entries
         .first()
         .map(|e| e.request.items.product_ids())

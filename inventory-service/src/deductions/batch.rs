@@ -66,7 +66,7 @@ pub(super) async fn run(
         .collect();
     let mut retry = Retry::new(locker.options().wait);
     loop {
-        let attempted = attempt(
+        let attempted = attempt_under_locks(
             (db, &mut *session),
             locker,
             products,
@@ -113,7 +113,9 @@ pub(super) async fn run(
         }
     }
 }
-async fn attempt(
+
+/// One attempt under the batch's locks, taken for it and released after it.
+async fn attempt_under_locks(
     (db, session): (&PgPool, &mut Kept),
     locker: &Locker,
     products: &[ProductId],

@@ -112,7 +112,8 @@ impl IdentityConfig {
             0..=MAX_LEEWAY_SECS,
         )?;
         if keys.is_none() {
-            // A claim check configured without identity would silently check nothing.
+            // A claim check configured without identity would silently check nothing. The
+            // leeway is no check of its own, so a shared configuration may carry it either way.
             for (name, value) in [
                 ("AUTH_JWT_ISSUER", &issuer),
                 ("AUTH_JWT_AUDIENCE", &audience),

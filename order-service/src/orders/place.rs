@@ -30,8 +30,8 @@ use crate::tokens::fingerprint;
 use crate::tokens::store::TokenStore;
 use crate::tokens::{ResponseStatus, StoredResponse};
 
-/// Parses the token of an `Idempotency-Key` header value. An empty value is a missing key
-/// (most often a client variable that held nothing), as it is on restock.
+/// Parses the token of an `Idempotency-Key` header value. An empty value is a missing key: most
+/// often a client variable that held nothing, better told so than "unknown".
 pub fn parse_token(header: Option<&str>) -> Result<Uuid, PlaceError> {
     let raw = header
         .filter(|value| !value.trim().is_empty())

@@ -9,9 +9,15 @@
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
-/// A document in which no object gives a key twice.
+/// The most of a repeated key a refusal quotes: a key may be as long as the body.
+const QUOTED_CHARS: usize = 64;
+
+/// A document in which no object gives a key twice. Numbers arrive as `i64`, `u64` or `f64`,
+/// as they do for `Value`, while serde_json is built without `arbitrary_precision` (which
+/// would hand them over as maps); the first test below would catch that change.
 pub(super) struct Document(pub Value);
 
 impl<'de> Deserialize<'de> for Document {
@@ -69,14 +75,26 @@ impl<'de> Visitor<'de> for DocumentVisitor {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             let Document(value) = map.next_value()?;
-            if object.contains_key(&key) {
-                return Err(de::Error::custom(format_args!(
-                    "the key {key:?} is given twice in one object"
-                )));
+            match object.entry(key) {
+                Entry::Occupied(taken) => {
+                    return Err(de::Error::custom(format_args!(
+                        "the key {:?} is given twice in one object",
+                        shortened(taken.key())
+                    )));
+                }
+                Entry::Vacant(free) => {
+                    free.insert(value);
+                }
             }
-            object.insert(key, value);
         }
         Ok(Value::Object(object))
+    }
+}
+
+fn shortened(key: &str) -> String {
+    match key.char_indices().nth(QUOTED_CHARS) {
+        Some((end, _)) => format!("{}…", &key[..end]),
+        None => key.to_owned(),
     }
 }
 
@@ -115,5 +133,8 @@ mod tests {
             read(r#"{"a": {"k": 1}, "b": {"k": 1}}"#).is_ok(),
             "one key per object"
         );
+        let long = "k".repeat(10_000);
+        let error = read(&format!(r#"{{"{long}": 1, "{long}": 2}}"#)).expect_err("twice");
+        assert!(error.to_string().len() < 200, "quoted whole: {error}");
     }
 }
