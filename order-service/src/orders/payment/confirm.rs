@@ -2,7 +2,7 @@
 //! order is locked first, so a confirm meets a cancel, another confirm or the expiry (which
 //! skips locked rows) one after the other; then the guarded update decides by the database's
 //! clock: before `payment_due_at` the order is `CONFIRMED`, at or after it the window is
-//! closed, whether or not the expiry has run yet (an `EXPIRED` order gets the same answer).
+//! closed, whether or not the expiry has run yet.
 
 use chrono::{DateTime, Utc};
 use shared::ids::{OrderId, UserId};
@@ -72,11 +72,6 @@ pub async fn confirm(
             }),
         },
         OrderStatus::Confirmed => Ok(Confirmed::Already(row)),
-        // Its window closed by the clock: the same answer as just before the expiry ran.
-        OrderStatus::Expired => Err(ConfirmRefused::WindowClosed {
-            order_id,
-            closed_at: row.payment_due_at,
-        }),
         OrderStatus::Pending => Err(ConfirmRefused::NotYetReserved(order_id)),
         status => Err(ConfirmRefused::NotAwaiting { order_id, status }),
     }

@@ -34,8 +34,8 @@ use crate::state::AppState;
         (status = 401, description = UNAUTHORIZED, body = shared::Problem, content_type = PROBLEM,
             headers(("WWW-Authenticate" = String, description = "`Bearer`, with `error=\"invalid_token\"` when a token was sent"))),
         (status = 404, description = "No such order (or, with identity on, not the caller's)", body = shared::Problem, content_type = PROBLEM),
-        (status = 409, description = "`payment-window-closed`: the confirm came at or after `payment_due_at` \
-            (so on every `EXPIRED` order, whether or not the expiry has run yet); `not-awaiting-payment`: the order is `PENDING` (retry after `Retry-After`), `REJECTED` or `CANCELLED`",
+        (status = 409, description = "`payment-window-closed`: the confirm came at or after `payment_due_at`; \
+            `not-awaiting-payment`: the order is `PENDING` (retry after `Retry-After`), `REJECTED`, `CANCELLED` or `EXPIRED`",
             body = shared::Problem, content_type = PROBLEM,
             headers(("Retry-After" = u32, description = "On a `PENDING` order only: seconds to wait before confirming again")),
             examples(
@@ -45,7 +45,7 @@ use crate::state::AppState;
                 }))),
                 ("not-awaiting-payment" = (value = json!({
                     "type": "/problems/not-awaiting-payment", "title": "Order not awaiting payment", "status": 409,
-                    "detail": "order 0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80 is CANCELLED, not awaiting payment"
+                    "detail": "order 0193f6a2-7c1e-7d3a-9f0e-2b4c5d6e7f80 is EXPIRED, not awaiting payment"
                 }))),
             )),
     )

@@ -24,9 +24,8 @@ async fn an_order_still_waiting_at_its_due_time_expires_and_its_stock_is_asked_b
     assert_eq!(releases(&app, &id).await, 1);
     assert_eq!(releases(&app, &later).await, 1);
 
-    // The same answer as before the expiry ran: the clock decides, not the sweep.
     let response = confirm(&app, &id).await;
-    assert_problem(response, 409, "payment-window-closed").await;
+    assert_problem(response, 409, "not-awaiting-payment").await;
     let cancel = app.cancel(&id).await;
     assert_eq!(cancel.status(), 200);
     assert_eq!(
