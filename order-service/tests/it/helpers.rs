@@ -19,6 +19,8 @@ pub struct TestApp {
     pub base: String,
     pub db: TestDatabase,
     pub redis_prefix: String,
+    /// The Redis the app was configured with (a test may give it a private one).
+    redis_url: String,
     pub client: reqwest::Client,
     /// The app's own RabbitMQ vhost, when it has a broker.
     pub vhost: Option<TestVhost>,
@@ -70,6 +72,7 @@ impl TestApp {
         let redis_prefix = testkit::redis_prefix();
         let mut config = config_for(&db, &redis_prefix);
         configure(&mut config);
+        let redis_url = config.redis_url.clone();
         let listener = tokio::net::TcpListener::bind(config.http_addr)
             .await
             .expect("bind");
@@ -87,6 +90,7 @@ impl TestApp {
             base,
             db,
             redis_prefix,
+            redis_url,
             client: reqwest::Client::new(),
             vhost: None,
             shutdown,
@@ -183,7 +187,7 @@ impl TestApp {
 
     /// A connection to the app's Redis.
     async fn redis(&self) -> MultiplexedConnection {
-        redis::Client::open(testkit::redis_url())
+        redis::Client::open(self.redis_url.as_str())
             .expect("redis url")
             .get_multiplexed_async_connection()
             .await

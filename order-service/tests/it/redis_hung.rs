@@ -119,16 +119,7 @@ async fn app_with_an_order() -> (PrivateRedis, TestApp, serde_json::Value) {
     assert_eq!(app.post_order(&token, &body).await.status(), 202);
     // Its outcome is cached after the answer (decision 0065): done before a test freezes
     // Redis, or the frozen write would time out and mark Redis down.
-    let key = format!("{}idem:{token}", app.redis_prefix);
-    eventually(Duration::from_secs(10), || async {
-        redis::cmd("GET")
-            .arg(&key)
-            .query_async::<Option<String>>(&mut redis.connection().await)
-            .await
-            .expect("GET")
-            .filter(|state| state.starts_with("done:"))
-    })
-    .await;
+    app.await_cached(&token).await;
     (redis, app, body)
 }
 
