@@ -10,9 +10,10 @@ use super::document;
 use super::wording::worded;
 
 /// JSON text is UTF-8 (RFC 8259 §8.1). Checked first and whole: serde decodes only the strings
-/// it keeps, and skips the others (an ignored field) without looking inside.
-fn utf8(bytes: &[u8]) -> Result<(), Problem> {
-    std::str::from_utf8(bytes).map(drop).map_err(|not_utf8| {
+/// it keeps, and skips the others (an ignored field) without looking inside. The text is then
+/// read as `&str`, so serde does not check its strings again.
+fn utf8(bytes: &[u8]) -> Result<&str, Problem> {
+    std::str::from_utf8(bytes).map_err(|not_utf8| {
         Problem::malformed_json(format!(
             "the request body is not UTF-8, which JSON text must be: {not_utf8}"
         ))
@@ -23,13 +24,13 @@ fn utf8(bytes: &[u8]) -> Result<(), Problem> {
 /// key holding a control character is a 422 whatever the target type does with it, so no
 /// such string reaches the database (PostgreSQL refuses NUL in `text`).
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
-    utf8(bytes)?;
+    let text = utf8(bytes)?;
     if !shared::text::json_may_hold_control(bytes) {
-        return serde_json::from_slice(bytes).map_err(|e| refusal(bytes, &e));
+        return serde_json::from_str(text).map_err(|e| refusal(bytes, &e));
     }
     // Read as a document that refuses a repeated key, as a typed body read at once does.
     let document::Document(document) =
-        serde_json::from_slice(bytes).map_err(|e| refusal(bytes, &e))?;
+        serde_json::from_str(text).map_err(|e| refusal(bytes, &e))?;
     shared::text::check_json(&document).map_err(Problem::validation)?;
     T::deserialize(document).map_err(|e| Problem::validation(worded(&e)))
 }
@@ -38,9 +39,8 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
 /// [`parse`] refuses, and also when an object gives a key twice (a typed body refuses a
 /// repeated field; `Value` alone would keep the last one silently).
 pub fn parse_document(bytes: &[u8]) -> Result<serde_json::Value, Problem> {
-    utf8(bytes)?;
-    let document::Document(value) =
-        serde_json::from_slice(bytes).map_err(|e| refusal(bytes, &e))?;
+    let text = utf8(bytes)?;
+    let document::Document(value) = serde_json::from_str(text).map_err(|e| refusal(bytes, &e))?;
     if shared::text::json_may_hold_control(bytes) {
         shared::text::check_json(&value).map_err(Problem::validation)?;
     }
