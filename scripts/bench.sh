@@ -92,7 +92,7 @@ if [ "$mode" != k6 ]; then
   log "pgbench (a): the order transaction, $BENCH_CLIENTS clients, ${BENCH_SECS}s"
   # The real schema: the order-service migrations applied in order, as sqlx would.
   createdb "$ORDERS_DB"
-  for migration in migrations/order-service/*.sql; do
+  for migration in migrations/order-service/postgres/*.sql; do
     psql -q -X -v ON_ERROR_STOP=1 -d "$ORDERS_DB" -f "$migration" >/dev/null
   done
   ORDER_TPS=$(run_pgbench order-tx "$ORDERS_DB" k6/pgbench/order-tx.sql)
@@ -101,7 +101,7 @@ if [ "$mode" != k6 ]; then
 
   log "pgbench (b): conditional update of one hot row, $BENCH_CLIENTS clients, ${BENCH_SECS}s"
   createdb "$STOCK_DB"
-  for migration in migrations/inventory-service/*.sql k6/pgbench/stock-seed.sql; do
+  for migration in migrations/inventory-service/postgres/*.sql k6/pgbench/stock-seed.sql; do
     psql -q -X -v ON_ERROR_STOP=1 -d "$STOCK_DB" -f "$migration" >/dev/null
   done
   STOCK_TPS=$(run_pgbench stock-update "$STOCK_DB" k6/pgbench/stock-update.sql)

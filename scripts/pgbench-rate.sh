@@ -28,7 +28,7 @@ cleanup() { dropdb --if-exists --force "$DB" 2>/dev/null || true; rm -rf "$work"
 trap cleanup EXIT
 
 createdb "$DB"
-for migration in migrations/order-service/*.sql; do
+for migration in migrations/order-service/postgres/*.sql; do
   psql -q -X -v ON_ERROR_STOP=1 -d "$DB" -f "$migration" >/dev/null
 done
 

@@ -8,8 +8,11 @@
 # ORDER_DATABASE_URL / INVENTORY_DATABASE_URL of scripts/run-local.sh never reach the macros:
 # SQLX_ORDER_DATABASE_URL (order-service), SQLX_INVENTORY_DATABASE_URL (inventory-service),
 # SQLX_PLATFORM_DATABASE_URL (platform, whose
-# statements touch only the tables both services have). SQLX_CHECK_SERVER overrides the
-# PostgreSQL server the scratch databases live on.
+# statements touch only the tables both services have), and for the MySQL statement crates
+# SQLX_PLATFORM_MYSQL_DATABASE_URL (stores/platform-mysql, checked against the orders
+# schema on MariaDB). SQLX_CHECK_SERVER overrides the PostgreSQL server the scratch databases
+# live on, SQLX_CHECK_MYSQL_HOST / SQLX_CHECK_MYSQL_PORT the MySQL one (user root, no
+# password: a scratch server's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
@@ -18,6 +21,9 @@ server="${SQLX_CHECK_SERVER:-postgres://postgres@127.0.0.1:5432}"
 export SQLX_ORDER_DATABASE_URL="$server/sqlx_check_orders"
 export SQLX_INVENTORY_DATABASE_URL="$server/sqlx_check_inventory"
 export SQLX_PLATFORM_DATABASE_URL="$SQLX_ORDER_DATABASE_URL"
+mysql_host="${SQLX_CHECK_MYSQL_HOST:-127.0.0.1}"
+mysql_port="${SQLX_CHECK_MYSQL_PORT:-3306}"
+export SQLX_PLATFORM_MYSQL_DATABASE_URL="mysql://root@$mysql_host:$mysql_port/sqlx_check_mysql_orders"
 # The CLI wants a URL of its own before it runs the build; the macros use the three above.
 export DATABASE_URL="$SQLX_ORDER_DATABASE_URL"
 # This script alone compiles the statements against live databases.
@@ -30,10 +36,21 @@ command -v sqlx >/dev/null || {
 scratch() { # service url
   sqlx database drop -y --database-url "$2" >/dev/null
   sqlx database create --database-url "$2"
-  sqlx migrate run --source "migrations/$1" --database-url "$2" >/dev/null
+  sqlx migrate run --source "migrations/$1/postgres" --database-url "$2" >/dev/null
 }
 scratch order-service "$SQLX_ORDER_DATABASE_URL"
 scratch inventory-service "$SQLX_INVENTORY_DATABASE_URL"
+# The MySQL schemas, applied with the server's own client (the sqlx CLI here speaks
+# PostgreSQL only; the macros connect by themselves).
+scratch_mysql() { # service database
+  local client=(mariadb -h "$mysql_host" -P "$mysql_port" -u root)
+  "${client[@]}" -e "DROP DATABASE IF EXISTS \`$2\`;
+    CREATE DATABASE \`$2\` CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+  for migration in migrations/"$1"/mysql/*.sql; do
+    "${client[@]}" "$2" < "$migration"
+  done
+}
+scratch_mysql order-service sqlx_check_mysql_orders
 
 if [ "$mode" = --write ]; then
   cargo sqlx prepare --workspace -- --all-targets

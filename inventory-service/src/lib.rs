@@ -50,7 +50,7 @@ use crate::stock::lock;
 /// release may (re)start after a newer one migrated: migrations only expand what older code
 /// reads (docs/operating.md, "Rolling updates"), so the versions it does not know do not stop it.
 pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
-    let mut migrator = sqlx::migrate!("../migrations/inventory-service");
+    let mut migrator = sqlx::migrate!("../migrations/inventory-service/postgres");
     migrator.set_ignore_missing(true);
     migrator
 });

@@ -1,7 +1,7 @@
 -- pgbench script (a): the statement order-service runs for every new order
 -- (order-service/src/orders/intake/placement.rs): the order row, the idempotency outcome and the
 -- `order.created` outbox row in one `INSERT ... WITH` statement, i.e. one implicit transaction
--- and one round trip. Run against a scratch database built from migrations/order-service/*.sql.
+-- and one round trip. Run against a scratch database built from migrations/order-service/postgres/*.sql.
 -- It measures how many orders per second PostgreSQL itself can take on this machine, the ceiling
 -- for `POST /orders`.
 --

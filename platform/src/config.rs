@@ -113,20 +113,16 @@ pub fn database_urls(default: &str) -> anyhow::Result<Vec<String>> {
     Ok(urls)
 }
 
-/// This build runs on PostgreSQL only: any other scheme stops the start rather than being
-/// spoken to as PostgreSQL. The URL itself is not repeated (it may carry a password).
+/// The services' statements exist for PostgreSQL only so far: a MySQL URL stops the start
+/// rather than being spoken to as PostgreSQL, and so does an unknown scheme. The URL itself
+/// is not repeated (it may carry a password).
 fn check_database_scheme(url: &str) -> anyhow::Result<()> {
-    let scheme = url
-        .split_once("://")
-        .map(|(scheme, _)| scheme.to_ascii_lowercase());
-    match scheme.as_deref() {
-        Some("postgres" | "postgresql") => Ok(()),
-        Some(other @ ("mysql" | "mariadb")) => bail!(
-            "`{other}://`: MySQL and MariaDB are not supported by this build; it runs on \
+    match crate::storage::Backend::of_url(url)? {
+        crate::storage::Backend::Postgres => Ok(()),
+        crate::storage::Backend::MySql => bail!(
+            "`mysql://`: MySQL and MariaDB are not supported by this build yet; it runs on \
              PostgreSQL (`postgres://`)"
         ),
-        Some(other) => bail!("unknown scheme `{other}://`: expected `postgres://`"),
-        None => bail!("not a URL: expected `postgres://…`"),
     }
 }
 

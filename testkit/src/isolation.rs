@@ -49,25 +49,29 @@ impl Drop for TestDatabase {
     fn drop(&mut self) {
         let name = self.name.clone();
         let server = database_server();
-        // Drop runs outside async context possibly inside a runtime: use a thread of our own.
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect(&format!("{server}/postgres")).await {
-                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
-                        .execute(&mut conn)
-                        .await;
-                }
-            });
-        })
-        .join();
+        on_a_runtime_of_its_own(async move {
+            if let Ok(mut conn) = PgConnection::connect(&format!("{server}/postgres")).await {
+                let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&mut conn)
+                    .await;
+            }
+        });
     }
+}
+
+/// Runs `work` to its end on a thread and a runtime of its own: a guard's `drop` may run
+/// inside the test's runtime, which cannot be blocked on from within.
+pub(crate) fn on_a_runtime_of_its_own(work: impl Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            runtime.block_on(work);
+        }
+    })
+    .join();
 }
 
 /// A Redis key prefix no other test uses.

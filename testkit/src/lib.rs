@@ -1,5 +1,5 @@
 //! Test support for the services' integration and end-to-end tests, never built into a
-//! service: isolation against the real PostgreSQL, Redis and RabbitMQ (a database, a Redis
+//! service: isolation against the real PostgreSQL (or MySQL), Redis and RabbitMQ (a database, a Redis
 //! key prefix and an AMQP vhost per test), child processes, a TCP proxy to cut connections,
 //! and private servers (a PostgreSQL node and standby, Redis and Sentinel, a RabbitMQ
 //! cluster, TLS endpoints) started on ports of their own; and the checks both services' tests
@@ -13,6 +13,7 @@ mod edge;
 mod http;
 mod isolation;
 mod logs;
+pub mod mysql;
 pub mod openapi;
 pub mod postgres;
 mod process;

@@ -24,19 +24,12 @@ impl From<sqlx::Error> for DatabaseError {
     fn from(error: sqlx::Error) -> Self {
         match error {
             sqlx::Error::PoolTimedOut => Self::Busy,
-            // A lock another transaction held past the session's `lock_timeout`: nothing
+            // A lock another transaction held past the session's lock timeout: nothing
             // changed, and the same request a moment later will likely go through.
-            other if lock_not_available(&other) => Self::Busy,
+            other if crate::storage::is_lock_timeout(&other) => Self::Busy,
             other => Self::Failed(other),
         }
     }
-}
-
-fn lock_not_available(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|e| e.code())
-        .is_some_and(|code| code == "55P03")
 }
 
 impl DatabaseError {

@@ -9,13 +9,12 @@ use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
 };
 use lapin::types::FieldTable;
-use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{self, Received};
 use super::send_back::{KEPT_ROUNDS, send_back};
-use super::{ConsumerSettings, Handler, settle};
+use super::{ConsumerSettings, ConsumerStore, Handler, settle};
 use crate::messaging::linger::Pace;
 use crate::retry::backoff;
 
@@ -123,12 +122,12 @@ fn tag(settings: &ConsumerSettings, n: usize) -> String {
 }
 
 /// One subscribed channel's loop, until its subscription ends or `shutdown`.
-pub(super) async fn consume<H: Handler>(
+pub(super) async fn consume<H: Handler, S: ConsumerStore>(
     (channel, consumer): (lapin::Channel, lapin::Consumer),
     n: usize,
     settings: &ConsumerSettings,
     handler: &H,
-    db: &PgPool,
+    db: &S,
     shutdown: &CancellationToken,
 ) -> Ended {
     tracing::info!(queue = settings.queue, channel = n, "consuming");

@@ -39,7 +39,6 @@ mod settle;
 use std::future::Future;
 
 use futures_util::FutureExt;
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::messaging::broker::Broker;
@@ -47,7 +46,7 @@ use crate::messaging::linger::Linger;
 use crate::telemetry::TraceContext;
 
 pub use batch::{Received, handle};
-pub use failures::FAILURE_LIMIT;
+pub use failures::{ConsumerStore, FAILURE_LIMIT, first_of_each};
 pub use send_back::{KEPT_ROUNDS, MESSAGES_SENT_BACK_TOTAL};
 
 pub const MESSAGES_CONSUMED_TOTAL: &str = "messages_consumed_total";
@@ -150,13 +149,11 @@ impl ConsumeError {
     }
 }
 
-/// A deadlock, a serialization failure or a lock not available: PostgreSQL undid this
-/// transaction because of another one, and running it again is the remedy.
+/// A deadlock, a serialization failure or a lock not available: the database undid this
+/// transaction because of another one, and running it again is the remedy
+/// ([`crate::storage::is_contention`]).
 pub fn is_database_contention(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|e| e.code())
-        .is_some_and(|code| matches!(code.as_ref(), "40P01" | "40001" | "55P03"))
+    crate::storage::is_contention(error)
 }
 
 /// One message's outcome.
@@ -209,9 +206,9 @@ pub struct ConsumerSettings {
 /// Consumes `settings.queue` until `shutdown` with `settings.concurrency` channels, each
 /// replaced on its own whenever its subscription ends ([`resubscribe`]), on a new connection
 /// once the broker is back.
-pub async fn run<H: Handler>(
+pub async fn run<H: Handler, S: ConsumerStore>(
     broker: Broker,
-    db: PgPool,
+    db: S,
     settings: ConsumerSettings,
     handler: H,
     shutdown: CancellationToken,

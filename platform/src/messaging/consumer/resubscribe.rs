@@ -7,12 +7,11 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::channel::{self, Ended};
-use super::{CONSUMER_CHANNELS_REPLACED_TOTAL, ConsumerSettings, Handler};
+use super::{CONSUMER_CHANNELS_REPLACED_TOTAL, ConsumerSettings, ConsumerStore, Handler};
 use crate::messaging::broker::Broker;
 use crate::retry::backoff;
 
@@ -26,12 +25,12 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(30);
 
 /// Channel `n` of the consumer, subscribed again whenever its subscription ends, until
 /// `shutdown`.
-pub(super) async fn keep_subscribed<H: Handler>(
+pub(super) async fn keep_subscribed<H: Handler, S: ConsumerStore>(
     broker: &Broker,
     n: usize,
     settings: &ConsumerSettings,
     handler: &H,
-    db: &PgPool,
+    db: &S,
     shutdown: &CancellationToken,
 ) {
     let mut failures = 0u32;

@@ -3,21 +3,20 @@
 use std::time::Duration;
 
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::Received;
-use super::failures::{self, FAILURE_LIMIT};
+use super::failures::{ConsumerStore, FAILURE_LIMIT};
 use super::{ConsumeError, MESSAGES_CONSUMED_TOTAL, Outcome, result_label};
 use crate::retry::backoff;
 
 /// Rejects poison, acks successes, counts failures (after a pause) and nacks them, or
 /// dead-letters the ones that reached [`FAILURE_LIMIT`], and gives back the deliveries kept
 /// for contention (still unacked), in their order.
-pub(super) async fn settle(
+pub(super) async fn settle<S: ConsumerStore>(
     batch: Vec<Received>,
     outcomes: Vec<Outcome>,
-    db: &PgPool,
+    db: &S,
     shutdown: &CancellationToken,
 ) -> Vec<Received> {
     let mut acks = Vec::new();
@@ -82,14 +81,14 @@ pub(super) async fn settle(
 
 /// Counts each failure against its message id, then nacks it (requeued), or rejects it
 /// (dead-lettered) when that was its [`FAILURE_LIMIT`]th. When the count cannot be written
-/// (PostgreSQL went away again), the message is requeued uncounted: the queue's delivery
+/// (the database went away again), the message is requeued uncounted: the queue's delivery
 /// limit is the backstop.
-async fn retry_or_dead_letter(db: &PgPool, retries: Vec<(Received, String)>) {
+async fn retry_or_dead_letter<S: ConsumerStore>(db: &S, retries: Vec<(Received, String)>) {
     let failed: Vec<(uuid::Uuid, String)> = retries
         .iter()
         .filter_map(|(r, error)| Some((r.message_id?, error.clone())))
         .collect();
-    let counts = failures::count(db, &failed).await.unwrap_or_else(|error| {
+    let counts = db.count_failures(&failed).await.unwrap_or_else(|error| {
         tracing::warn!(%error, "could not count the failures; requeueing them uncounted");
         Default::default()
     });
@@ -161,8 +160,12 @@ fn ack_plan(tags: &[u64], unsettled: &[u64]) -> AckPlan {
     }
 }
 
-/// Pauses before a retry: with backoff per delivery, and for as long as PostgreSQL is down.
-async fn wait_before_retry(db: &PgPool, previous_deliveries: i64, shutdown: &CancellationToken) {
+/// Pauses before a retry: with backoff per delivery, and for as long as the database is down.
+async fn wait_before_retry<S: ConsumerStore>(
+    db: &S,
+    previous_deliveries: i64,
+    shutdown: &CancellationToken,
+) {
     let pause = backoff(
         u32::try_from(previous_deliveries).unwrap_or(u32::MAX),
         Duration::from_millis(100),
@@ -173,12 +176,7 @@ async fn wait_before_retry(db: &PgPool, previous_deliveries: i64, shutdown: &Can
         () = tokio::time::sleep(pause) => {}
     }
     let mut attempt = 0;
-    while !shutdown.is_cancelled()
-        && sqlx::query_scalar!(r#"SELECT 1 AS "ping!""#)
-            .fetch_one(db)
-            .await
-            .is_err()
-    {
+    while !shutdown.is_cancelled() && !db.answers().await {
         attempt += 1;
         tokio::select! {
             () = shutdown.cancelled() => return,

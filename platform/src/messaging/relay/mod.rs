@@ -37,7 +37,6 @@ use std::time::Duration;
 
 use lapin::Channel;
 use lapin::options::ConfirmSelectOptions;
-use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -47,9 +46,11 @@ use crate::messaging::linger::{Linger, Pace};
 use crate::messaging::outbox::{NewOutboxRow, OutboxSignal};
 mod own;
 mod publish;
+pub mod store;
 mod sweep;
 
 use own::{Marks, fresh, publish_own};
+pub use store::{Claimed, Failure, RelayStore};
 use sweep::sweep;
 
 pub const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";
@@ -122,13 +123,14 @@ impl Default for RelaySettings {
 
 /// A row to publish, handed over or claimed.
 #[derive(Debug)]
-struct OutboxRow {
-    event_id: Uuid,
-    exchange: String,
-    routing_key: String,
-    payload: serde_json::Value,
-    headers: serde_json::Value,
-    attempts: i32,
+pub struct OutboxRow {
+    pub event_id: Uuid,
+    pub exchange: String,
+    pub routing_key: String,
+    pub payload: serde_json::Value,
+    pub headers: serde_json::Value,
+    /// Failed publishes so far.
+    pub attempts: i32,
 }
 
 impl From<NewOutboxRow> for OutboxRow {
@@ -144,9 +146,10 @@ impl From<NewOutboxRow> for OutboxRow {
     }
 }
 
-/// Runs until `shutdown`.
-pub async fn run(
-    db: PgPool,
+/// Runs until `shutdown`, on the outbox `store` reaches (a `PgPool`, or MySQL's
+/// [`crate::storage::mysql::MySqlStore`]).
+pub async fn run<S: RelayStore>(
+    db: S,
     broker: Broker,
     settings: RelaySettings,
     signal: OutboxSignal,

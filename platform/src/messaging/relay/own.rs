@@ -3,13 +3,12 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use lapin::Channel;
-use sqlx::PgPool;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::publish::{publish_all, record_failure};
+use super::publish::publish_all;
+use super::store::{Failure, RelayStore};
 use super::{OUTBOX_PUBLISHED_TOTAL, OutboxRow, RelaySettings};
 use crate::messaging::outbox::NewOutboxRow;
 
@@ -53,17 +52,11 @@ impl Marks {
     }
 
     /// Marks every row sent in one autocommit statement; kept for the next try if it fails.
-    pub(super) async fn flush(&mut self, db: &PgPool) -> sqlx::Result<()> {
+    pub(super) async fn flush<S: RelayStore>(&mut self, store: &S) -> anyhow::Result<()> {
         if self.ids.is_empty() {
             return Ok(());
         }
-        sqlx::query!(
-            "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now()
-             WHERE event_id = ANY($1) AND status = 'pending'",
-            &self.ids,
-        )
-        .execute(db)
-        .await?;
+        store.mark_sent(&self.ids).await?;
         self.ids.clear();
         self.since = None;
         Ok(())
@@ -72,8 +65,8 @@ impl Marks {
 
 /// Publishes rows this process committed, `batch_size` at a time; the confirmed ones wait in
 /// `marks`, a failed one's attempt is recorded at once (the sweep retries it when due).
-pub(super) async fn publish_own(
-    db: &PgPool,
+pub(super) async fn publish_own<S: RelayStore>(
+    store: &S,
     channel: &Channel,
     rows: Vec<OutboxRow>,
     settings: &RelaySettings,
@@ -81,36 +74,30 @@ pub(super) async fn publish_own(
 ) -> anyhow::Result<()> {
     let size = usize::try_from(settings.batch_size).unwrap_or(1).max(1);
     for chunk in rows.chunks(size) {
-        publish_own_batch(db, channel, chunk, settings, marks).await?;
+        publish_own_batch(store, channel, chunk, settings, marks).await?;
         if marks.due(Instant::now(), settings) {
-            marks.flush(db).await?;
+            marks.flush(store).await?;
         }
     }
     Ok(())
 }
 
-async fn publish_own_batch(
-    db: &PgPool,
+async fn publish_own_batch<S: RelayStore>(
+    store: &S,
     channel: &Channel,
     rows: &[OutboxRow],
     settings: &RelaySettings,
     marks: &mut Marks,
 ) -> anyhow::Result<()> {
     let published = publish_all(channel, rows, settings).await;
-    let mut conn = None;
+    let mut failures = Vec::new();
     for (row, outcome) in rows.iter().zip(&published.outcomes) {
         match outcome {
             Ok(()) => marks.add([row.event_id]),
-            Err(error) => {
-                if conn.is_none() {
-                    conn = Some(db.acquire().await.context("recording a failed publish")?);
-                }
-                if let Some(conn) = conn.as_mut() {
-                    record_failure(conn, row, error, settings).await?;
-                }
-            }
+            Err(error) => failures.push(Failure::of(row, error, settings)),
         }
     }
+    store.record_failures(&failures).await?;
     metrics::counter!(OUTBOX_PUBLISHED_TOTAL)
         .increment(published.outcomes.iter().filter(|o| o.is_ok()).count() as u64);
     if published.channel_broken {

@@ -1,13 +1,12 @@
 //! Publishing a batch of rows, whoever holds them: the producer span and headers that carry
 //! each row's trace, the message's properties, one round of confirms for the batch, and what
-//! a failed publish does to the row.
+//! a failed publish waits before the next try.
 
 use std::collections::HashMap;
 
 use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel};
-use sqlx::PgConnection;
 
 use super::{OUTBOX_PUBLISH_FAILURES_TOTAL, OutboxRow, RelaySettings};
 use crate::messaging::confirms;
@@ -61,34 +60,13 @@ fn properties(row: &OutboxRow, headers: FieldTable) -> BasicProperties {
         .with_headers(headers)
 }
 
-pub(super) async fn record_failure(
-    conn: &mut PgConnection,
-    row: &OutboxRow,
-    error: &str,
-    settings: &RelaySettings,
-) -> sqlx::Result<()> {
-    let attempts = row.attempts + 1;
-    let delay = backoff(attempts as u32, settings.base_backoff, settings.max_backoff);
-    let dead = attempts >= settings.max_attempts;
-    if dead {
-        tracing::error!(event_id = %row.event_id, attempts, error, "outbox row is dead after its last attempt");
-    } else {
-        tracing::warn!(event_id = %row.event_id, attempts, error, "publish failed; will retry");
-    }
-    sqlx::query!(
-        "UPDATE outbox SET attempts = $2, last_error = $3, updated_at = now(),
-                next_attempt_at = now() + make_interval(secs => $4),
-                status = CASE WHEN $5 THEN 'dead' ELSE 'pending' END
-         WHERE event_id = $1 AND status = 'pending'",
-        row.event_id,
-        attempts,
-        error,
-        delay.as_secs_f64(),
-        dead,
+/// How long a row waits after its `attempts`-th failed publish.
+pub(super) fn backoff_of(attempts: i32, settings: &RelaySettings) -> std::time::Duration {
+    backoff(
+        attempts.unsigned_abs(),
+        settings.base_backoff,
+        settings.max_backoff,
     )
-    .execute(conn)
-    .await
-    .map(drop)
 }
 
 /// What the broker said of each row of a batch.
