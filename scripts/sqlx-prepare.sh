@@ -10,9 +10,11 @@
 # SQLX_PLATFORM_DATABASE_URL (platform, whose
 # statements touch only the tables both services have), and for the MySQL statement crates
 # SQLX_PLATFORM_MYSQL_DATABASE_URL (stores/platform-mysql, checked against the orders
-# schema on MariaDB). SQLX_CHECK_SERVER overrides the PostgreSQL server the scratch databases
-# live on, SQLX_CHECK_MYSQL_HOST / SQLX_CHECK_MYSQL_PORT the MySQL one (user root, no
-# password: a scratch server's).
+# schema on MariaDB: sqlx_check_mysql_orders, built from migrations/order-service/mysql/ with
+# the `mariadb` client). SQLX_CHECK_SERVER overrides the PostgreSQL server the scratch
+# databases live on (default postgres://postgres@127.0.0.1:5432), SQLX_CHECK_MYSQL_SERVER the
+# MariaDB / MySQL one, as mysql://user[:password]@host[:port] (default
+# mysql://root@127.0.0.1:3306: a scratch server's root, no password).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
@@ -21,10 +23,9 @@ server="${SQLX_CHECK_SERVER:-postgres://postgres@127.0.0.1:5432}"
 export SQLX_ORDER_DATABASE_URL="$server/sqlx_check_orders"
 export SQLX_INVENTORY_DATABASE_URL="$server/sqlx_check_inventory"
 export SQLX_PLATFORM_DATABASE_URL="$SQLX_ORDER_DATABASE_URL"
-mysql_host="${SQLX_CHECK_MYSQL_HOST:-127.0.0.1}"
-mysql_port="${SQLX_CHECK_MYSQL_PORT:-3306}"
-export SQLX_PLATFORM_MYSQL_DATABASE_URL="mysql://root@$mysql_host:$mysql_port/sqlx_check_mysql_orders"
-# The CLI wants a URL of its own before it runs the build; the macros use the three above.
+mysql_server="${SQLX_CHECK_MYSQL_SERVER:-mysql://root@127.0.0.1:3306}"
+export SQLX_PLATFORM_MYSQL_DATABASE_URL="$mysql_server/sqlx_check_mysql_orders"
+# The CLI wants a URL of its own before it runs the build; the macros use the four above.
 export DATABASE_URL="$SQLX_ORDER_DATABASE_URL"
 # This script alone compiles the statements against live databases.
 export SQLX_OFFLINE=false
@@ -40,10 +41,15 @@ scratch() { # service url
 }
 scratch order-service "$SQLX_ORDER_DATABASE_URL"
 scratch inventory-service "$SQLX_INVENTORY_DATABASE_URL"
-# The MySQL schemas, applied with the server's own client (the sqlx CLI here speaks
-# PostgreSQL only; the macros connect by themselves).
+# The MySQL schemas, applied in order with the server's own client (the sqlx CLI here speaks
+# PostgreSQL only; the macros connect by themselves), into a database created as the services
+# create theirs: binary, NO PAD collation.
 scratch_mysql() { # service database
-  local client=(mariadb -h "$mysql_host" -P "$mysql_port" -u root)
+  local authority="${mysql_server#*://}"
+  local credentials="${authority%%@*}" address="${authority#*@}"
+  local client=(mariadb --host "${address%:*}" --user "${credentials%%:*}")
+  if [[ "$address" == *:* ]]; then client+=(--port "${address##*:}"); fi
+  if [[ "$credentials" == *:* ]]; then client+=(--password="${credentials#*:}"); fi
   "${client[@]}" -e "DROP DATABASE IF EXISTS \`$2\`;
     CREATE DATABASE \`$2\` CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
   for migration in migrations/"$1"/mysql/*.sql; do

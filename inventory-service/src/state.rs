@@ -59,7 +59,7 @@ impl FromRef<AppState> for AdminToken {
 impl FromRef<AppState> for OutboxDb {
     fn from_ref(state: &AppState) -> Self {
         Self {
-            db: state.db.clone(),
+            db: state.db.clone().into(),
             signal: state.outbox.clone(),
         }
     }

@@ -72,7 +72,7 @@ impl Backing {
         )?;
         let broker = Broker::cluster(settings.amqp_urls, settings.tls.amqp_ca.clone());
         let readiness = Readiness {
-            db: db.clone(),
+            db: db.clone().into(),
             redis: redis.clone(),
             broker_up: broker.up(),
             draining: CancellationToken::new(),

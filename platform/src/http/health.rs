@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
+use crate::storage::Database;
 use crate::storage::redis::RedisConnection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use shared::Problem;
-use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +18,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// What `/readyz` checks.
 #[derive(Clone)]
 pub struct Readiness {
-    pub db: PgPool,
+    pub db: Database,
     pub redis: RedisConnection,
     /// `true` while the broker connection is up; kept current by the broker supervisor.
     pub broker_up: watch::Receiver<bool>,
@@ -38,13 +38,13 @@ pub async fn healthz() -> Response {
 }
 
 impl Readiness {
-    /// The names of the systems that did not answer: `postgres`, `redis`, `rabbitmq`.
+    /// The names of the systems that did not answer: the database's backend (`postgres` or
+    /// `mysql`), `redis`, `rabbitmq`.
     pub async fn down(&self) -> Vec<&'static str> {
-        let postgres = async {
-            let ping = sqlx::query_scalar!(r#"SELECT 1 AS "ping!""#).fetch_one(&self.db);
-            tokio::time::timeout(PROBE_TIMEOUT, ping)
+        let database = async {
+            tokio::time::timeout(PROBE_TIMEOUT, self.db.answers())
                 .await
-                .is_ok_and(|r| r.is_ok())
+                .unwrap_or(false)
         };
         let redis = async {
             let mut conn = self.redis.clone();
@@ -52,10 +52,10 @@ impl Readiness {
                 .await
                 .unwrap_or(false)
         };
-        let (postgres, redis) = tokio::join!(postgres, redis);
+        let (database, redis) = tokio::join!(database, redis);
         let rabbitmq = *self.broker_up.borrow();
         [
-            ("postgres", postgres),
+            (self.db.backend().name(), database),
             ("redis", redis),
             ("rabbitmq", rabbitmq),
         ]

@@ -5,18 +5,18 @@ use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use shared::Problem;
-use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::pagination::{self, Page};
 use super::{AdminAuth, Json, Path, Query};
 use crate::messaging::outbox::OutboxSignal;
+use crate::storage::Database;
 
 /// What the admin endpoints need; services provide it with `FromRef`.
 #[derive(Debug, Clone)]
 pub struct OutboxDb {
-    pub db: PgPool,
+    pub db: Database,
     /// Wakes this instance's relay after a retry.
     pub signal: OutboxSignal,
 }
@@ -55,6 +55,14 @@ pub enum OutboxStatus {
 }
 
 impl OutboxStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Dead => "dead",
+            Self::Pending => "pending",
+            Self::Sent => "sent",
+        }
+    }
+
     /// The `status` filter as a client writes it.
     fn parse(raw: &str) -> Option<Self> {
         match raw {
@@ -108,18 +116,9 @@ pub async fn list(
             Problem::validation(format!("after {raw:?} is not a cursor this API returned"))
         })?,
     };
-    let rows = sqlx::query_as!(
-        OutboxEntry,
-        r#"SELECT id, event_id, exchange, routing_key, status AS "status: OutboxStatus",
-                  attempts, next_attempt_at, last_error, created_at, sent_at, payload
-           FROM outbox WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"#,
-        status as OutboxStatus,
-        after,
-        limit + 1,
-    )
-    .fetch_all(&db)
-    .await
-    .map_err(internal)?;
+    let rows = list_rows(&db, status, after, limit + 1)
+        .await
+        .map_err(internal)?;
     Ok(Json(Page::from_rows(rows, limit, |r| r.id.to_string())))
 }
 
@@ -142,21 +141,88 @@ pub async fn retry(
     State(OutboxDb { db, signal }): State<OutboxDb>,
     Path(id): Path<i64>,
 ) -> Result<Json<OutboxEntry>, Problem> {
-    let row = sqlx::query_as!(
-        OutboxEntry,
-        r#"UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(),
-                last_error = NULL, updated_at = now()
-         WHERE id = $1
-         RETURNING id, event_id, exchange, routing_key, status AS "status: OutboxStatus",
-                   attempts, next_attempt_at, last_error, created_at, sent_at, payload"#,
-        id,
-    )
-    .fetch_optional(&db)
-    .await
-    .map_err(internal)?;
+    let row = retry_row(&db, id).await.map_err(internal)?;
     let row = row.ok_or_else(|| Problem::not_found(format!("outbox row {id} not found")))?;
     signal.wake();
     Ok(Json(row))
+}
+
+/// Up to `limit` rows of `status` with ids above `after`, by id.
+async fn list_rows(
+    db: &Database,
+    status: OutboxStatus,
+    after: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<OutboxEntry>> {
+    match db {
+        Database::Postgres(pool) => {
+            sqlx::query_as!(
+                OutboxEntry,
+                r#"SELECT id, event_id, exchange, routing_key, status AS "status: OutboxStatus",
+                          attempts, next_attempt_at, last_error, created_at, sent_at, payload
+                   FROM outbox WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"#,
+                status as OutboxStatus,
+                after,
+                limit,
+            )
+            .fetch_all(pool)
+            .await
+        }
+        Database::MySql(store) => {
+            platform_mysql::admin::list(&store.0, status.as_str(), after, limit)
+                .await?
+                .into_iter()
+                .map(OutboxEntry::try_from)
+                .collect()
+        }
+    }
+}
+
+/// Row `id` pending again with a fresh attempt budget, or `None` when there is no such row.
+async fn retry_row(db: &Database, id: i64) -> sqlx::Result<Option<OutboxEntry>> {
+    match db {
+        Database::Postgres(pool) => {
+            sqlx::query_as!(
+                OutboxEntry,
+                r#"UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = now(),
+                        last_error = NULL, updated_at = now()
+                 WHERE id = $1
+                 RETURNING id, event_id, exchange, routing_key, status AS "status: OutboxStatus",
+                           attempts, next_attempt_at, last_error, created_at, sent_at, payload"#,
+                id,
+            )
+            .fetch_optional(pool)
+            .await
+        }
+        Database::MySql(store) => platform_mysql::admin::retry(&store.0, id)
+            .await?
+            .map(OutboxEntry::try_from)
+            .transpose(),
+    }
+}
+
+impl TryFrom<platform_mysql::admin::Entry> for OutboxEntry {
+    type Error = sqlx::Error;
+
+    /// A MySQL row; its status is read as strictly as PostgreSQL's.
+    fn try_from(row: platform_mysql::admin::Entry) -> sqlx::Result<Self> {
+        let status = OutboxStatus::parse(&row.status).ok_or_else(|| {
+            sqlx::Error::Decode(format!("unknown outbox status {:?}", row.status).into())
+        })?;
+        Ok(Self {
+            id: row.id,
+            event_id: row.event_id,
+            exchange: row.exchange,
+            routing_key: row.routing_key,
+            status,
+            attempts: row.attempts,
+            next_attempt_at: row.next_attempt_at,
+            last_error: row.last_error,
+            created_at: row.created_at,
+            sent_at: row.sent_at,
+            payload: row.payload,
+        })
+    }
 }
 
 /// A saturated pool is overload (503 `busy`; the edge adds `Retry-After`); anything else is

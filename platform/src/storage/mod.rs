@@ -3,11 +3,14 @@
 //! Redis (the connection, Sentinel, the health gate every call goes through) and the private
 //! CAs both are verified with.
 
+mod database;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
 pub mod tls;
 pub mod vacuum;
+
+pub use database::Database;
 
 /// The database a service runs on, told by its `DATABASE_URL`'s scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,10 +1,9 @@
-//! The outbox as operators see it: rows listed by status, and one row sent again.
+//! The outbox as operators see it (`platform::http::outbox_admin`): rows listed by status,
+//! one row sent again; and the readiness probe's trivial statement.
 
 use chrono::{DateTime, Utc};
 use sqlx::{Acquire, MySql, MySqlExecutor};
 use uuid::Uuid;
-
-use crate::parse_json;
 
 /// One outbox row.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,6 +12,7 @@ pub struct Entry {
     pub event_id: Uuid,
     pub exchange: String,
     pub routing_key: String,
+    /// `pending`, `sent` or `dead` (the table's CHECK).
     pub status: String,
     pub attempts: i32,
     pub next_attempt_at: DateTime<Utc>,
@@ -22,68 +22,40 @@ pub struct Entry {
     pub payload: serde_json::Value,
 }
 
-/// An [`Entry`] as stored: its payload still text.
-struct Stored {
-    id: i64,
-    event_id: Uuid,
-    exchange: String,
-    routing_key: String,
-    status: String,
-    attempts: i32,
-    next_attempt_at: DateTime<Utc>,
-    last_error: Option<String>,
-    created_at: DateTime<Utc>,
-    sent_at: Option<DateTime<Utc>>,
-    payload: String,
-}
-
-impl TryFrom<Stored> for Entry {
-    type Error = sqlx::Error;
-
-    fn try_from(row: Stored) -> sqlx::Result<Self> {
-        Ok(Self {
-            id: row.id,
-            event_id: row.event_id,
-            exchange: row.exchange,
-            routing_key: row.routing_key,
-            status: row.status,
-            attempts: row.attempts,
-            next_attempt_at: row.next_attempt_at,
-            last_error: row.last_error,
-            created_at: row.created_at,
-            sent_at: row.sent_at,
-            payload: parse_json(&row.payload)?,
-        })
-    }
-}
-
-/// Up to `limit` rows of `status` with ids above `after`, by id.
+/// Up to `limit` rows of `status` with ids above `after`, by id (keyset pagination).
+///
+/// `FORCE INDEX (outbox_dead)`, `(status, id)`: one range in id order, whatever the
+/// optimiser guesses of the share of `status`.
 pub async fn list(
     db: impl MySqlExecutor<'_>,
     status: &str,
     after: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<Entry>> {
-    let rows = sqlx::query_as!(
-        Stored,
+    sqlx::query_as!(
+        Entry,
         "SELECT id, event_id AS `event_id: Uuid`, exchange, routing_key, status, attempts,
                 next_attempt_at AS `next_attempt_at: DateTime<Utc>`, last_error,
                 created_at AS `created_at: DateTime<Utc>`, sent_at AS `sent_at: DateTime<Utc>`,
-                payload
-         FROM outbox WHERE status = ? AND id > ? ORDER BY id LIMIT ?",
+                payload AS `payload: serde_json::Value`
+         FROM outbox FORCE INDEX (outbox_dead)
+         WHERE status = ? AND id > ? ORDER BY id LIMIT ?",
         status,
         after,
         limit,
     )
     .fetch_all(db)
-    .await?;
-    rows.into_iter().map(Entry::try_from).collect()
+    .await
 }
 
-/// Puts row `id` back in the queue with a fresh attempt budget; the row as it then is, or
-/// `None` when there is no such row. The update and the read share a transaction (no
-/// `UPDATE … RETURNING` on MySQL); whether the row exists is the read's to say, since the
-/// update's count is of rows matched.
+/// Puts row `id` back in the queue with a fresh attempt budget, whatever its status; returns
+/// the row as it then is, or `None` when there is no such row.
+///
+/// No `UPDATE … RETURNING` on MariaDB: the update, then a read of the row, in a transaction
+/// begun here (a savepoint inside a caller's), so the read sees the update and nothing after
+/// it (the update's lock is held until the commit). Whether the row exists is the read's to
+/// say: the update's count is of rows matched, which would say the same here, but a count is
+/// not a row.
 pub async fn retry<'c>(
     conn: impl Acquire<'c, Database = MySql>,
     id: i64,
@@ -97,17 +69,25 @@ pub async fn retry<'c>(
     )
     .execute(&mut *tx)
     .await?;
-    let row = sqlx::query_as!(
-        Stored,
+    let entry = sqlx::query_as!(
+        Entry,
         "SELECT id, event_id AS `event_id: Uuid`, exchange, routing_key, status, attempts,
                 next_attempt_at AS `next_attempt_at: DateTime<Utc>`, last_error,
                 created_at AS `created_at: DateTime<Utc>`, sent_at AS `sent_at: DateTime<Utc>`,
-                payload
+                payload AS `payload: serde_json::Value`
          FROM outbox WHERE id = ?",
         id,
     )
     .fetch_optional(&mut *tx)
     .await?;
     tx.commit().await?;
-    row.map(Entry::try_from).transpose()
+    Ok(entry)
+}
+
+/// A trivial statement, for readiness probes: `Ok` when the database answers.
+pub async fn ping(db: impl MySqlExecutor<'_>) -> sqlx::Result<()> {
+    sqlx::query_scalar!("SELECT 1 AS `ping!: i64`")
+        .fetch_one(db)
+        .await
+        .map(drop)
 }
