@@ -66,7 +66,9 @@ impl Messaging {
         let stop = shutdown.clone();
         tasks.spawn(keep_running("outbox maintenance", stop.clone(), {
             let (db, retention) = (db.clone(), config.retention.clone());
-            move || crate::messaging::outbox::maintain(db.clone(), retention.clone(), stop.clone())
+            move || {
+                crate::messaging::retention::maintain(db.clone(), retention.clone(), stop.clone())
+            }
         }));
         let stop = shutdown.clone();
         tasks.spawn(keep_running("vacuum", stop.clone(), {

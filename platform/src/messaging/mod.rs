@@ -9,6 +9,7 @@ pub mod consumer;
 pub mod linger;
 pub mod outbox;
 pub mod relay;
+pub mod retention;
 pub mod topology;
 
 use std::time::Duration;
@@ -26,7 +27,7 @@ pub struct MessagingConfig {
     pub relay: relay::RelaySettings,
     /// `RETENTION_SECS` (604800 = 7 days): how long sent outbox rows and processed message
     /// ids are kept.
-    pub retention: outbox::Retention,
+    pub retention: retention::Retention,
     /// `CONSUMER_CONCURRENCY` (1): channels consuming the queue at once, each handling one
     /// batch of up to `CONSUMER_PREFETCH` deliveries at a time.
     pub consumer_concurrency: usize,
@@ -55,7 +56,7 @@ impl MessagingConfig {
                 )?),
                 ..Default::default()
             },
-            retention: outbox::Retention {
+            retention: retention::Retention {
                 keep: positive_secs("RETENTION_SECS", 7 * 24 * 3600)?,
                 ..Default::default()
             },

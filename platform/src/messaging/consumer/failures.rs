@@ -33,7 +33,7 @@ pub trait ConsumerStore: Clone + Send + Sync + 'static {
 }
 
 /// `failed` without its repeated ids (the first error of each kept), in order.
-pub fn first_of_each(failed: &[(Uuid, String)]) -> Vec<(Uuid, &str)> {
+fn first_of_each(failed: &[(Uuid, String)]) -> Vec<(Uuid, &str)> {
     let mut unique: Vec<(Uuid, &str)> = Vec::with_capacity(failed.len());
     for (id, error) in failed {
         if !unique.iter().any(|(seen, _)| seen == id) {

@@ -46,7 +46,7 @@ use crate::messaging::linger::Linger;
 use crate::telemetry::TraceContext;
 
 pub use batch::{Received, handle};
-pub use failures::{ConsumerStore, FAILURE_LIMIT, first_of_each};
+pub use failures::{ConsumerStore, FAILURE_LIMIT};
 pub use send_back::{KEPT_ROUNDS, MESSAGES_SENT_BACK_TOTAL};
 
 pub const MESSAGES_CONSUMED_TOTAL: &str = "messages_consumed_total";

@@ -7,15 +7,16 @@ use platform_mysql::inbox;
 use uuid::Uuid;
 
 use super::MySqlStore;
-use crate::messaging::consumer::{ConsumerStore, first_of_each};
+use crate::messaging::consumer::ConsumerStore;
 
 impl ConsumerStore for MySqlStore {
     async fn count_failures(&self, failed: &[(Uuid, String)]) -> sqlx::Result<HashMap<Uuid, i32>> {
-        let unique = first_of_each(failed);
-        if unique.is_empty() {
-            return Ok(HashMap::new());
-        }
-        Ok(inbox::count_failures(&self.0, &unique)
+        // `count_failures` counts an id given twice once, itself.
+        let failed: Vec<(Uuid, &str)> = failed
+            .iter()
+            .map(|(id, error)| (*id, error.as_str()))
+            .collect();
+        Ok(inbox::count_failures(&self.0, &failed)
             .await?
             .into_iter()
             .collect())

@@ -6,7 +6,7 @@ use std::time::Duration;
 use platform_mysql::{inbox, outbox};
 
 use super::MySqlStore;
-use crate::messaging::outbox::{Backlog, Expiring, MaintenanceStore};
+use crate::messaging::retention::{Backlog, Expiring, MaintenanceStore};
 
 impl MaintenanceStore for MySqlStore {
     async fn backlog(&self) -> sqlx::Result<Backlog> {
