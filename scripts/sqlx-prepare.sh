@@ -9,9 +9,11 @@
 # SQLX_ORDER_DATABASE_URL (order-service), SQLX_INVENTORY_DATABASE_URL (inventory-service),
 # SQLX_PLATFORM_DATABASE_URL (platform, whose
 # statements touch only the tables both services have), and for the MySQL statement crates
-# SQLX_PLATFORM_MYSQL_DATABASE_URL (stores/platform-mysql, checked against the orders
-# schema on MariaDB: sqlx_check_mysql_orders, built from migrations/order-service/mysql/ with
-# the `mariadb` client). SQLX_CHECK_SERVER overrides the PostgreSQL server the scratch
+# SQLX_PLATFORM_MYSQL_DATABASE_URL (stores/platform-mysql) and SQLX_ORDER_MYSQL_DATABASE_URL
+# (stores/order-mysql), both checked against the orders schema on MariaDB
+# (sqlx_check_mysql_orders, built from migrations/order-service/mysql/ with the `mariadb`
+# client), and SQLX_INVENTORY_MYSQL_DATABASE_URL (stores/inventory-mysql, against
+# sqlx_check_mysql_inventory). SQLX_CHECK_SERVER overrides the PostgreSQL server the scratch
 # databases live on (default postgres://postgres@127.0.0.1:5432), SQLX_CHECK_MYSQL_SERVER the
 # MariaDB / MySQL one, as mysql://user[:password]@host[:port] (default
 # mysql://root@127.0.0.1:3306: a scratch server's root, no password).
@@ -25,7 +27,9 @@ export SQLX_INVENTORY_DATABASE_URL="$server/sqlx_check_inventory"
 export SQLX_PLATFORM_DATABASE_URL="$SQLX_ORDER_DATABASE_URL"
 mysql_server="${SQLX_CHECK_MYSQL_SERVER:-mysql://root@127.0.0.1:3306}"
 export SQLX_PLATFORM_MYSQL_DATABASE_URL="$mysql_server/sqlx_check_mysql_orders"
-# The CLI wants a URL of its own before it runs the build; the macros use the four above.
+export SQLX_ORDER_MYSQL_DATABASE_URL="$SQLX_PLATFORM_MYSQL_DATABASE_URL"
+export SQLX_INVENTORY_MYSQL_DATABASE_URL="$mysql_server/sqlx_check_mysql_inventory"
+# The CLI wants a URL of its own before it runs the build; the macros use the ones above.
 export DATABASE_URL="$SQLX_ORDER_DATABASE_URL"
 # This script alone compiles the statements against live databases.
 export SQLX_OFFLINE=false
@@ -57,6 +61,7 @@ scratch_mysql() { # service database
   done
 }
 scratch_mysql order-service sqlx_check_mysql_orders
+scratch_mysql inventory-service sqlx_check_mysql_inventory
 
 if [ "$mode" = --write ]; then
   cargo sqlx prepare --workspace -- --all-targets

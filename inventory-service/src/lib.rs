@@ -18,7 +18,7 @@ use axum::Router;
 use platform::http::AdminToken;
 use platform::messaging::background::Messaging;
 use platform::messaging::outbox::OutboxSignal;
-use platform::startup::Backing;
+use platform::startup::{Backing, Migrators};
 use shared::keys::{self, RedisKeys};
 use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
@@ -55,6 +55,13 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     migrator
 });
 
+/// [`MIGRATOR`] on MySQL and MariaDB.
+pub static MYSQL_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrator = sqlx::migrate!("../migrations/inventory-service/mysql");
+    migrator.set_ignore_missing(true);
+    migrator
+});
+
 /// Connects to PostgreSQL (creating and migrating the database) and prepares Redis (lazily:
 /// the service starts while Redis is down) and RabbitMQ (connected by the supervisor that
 /// [`serve`] runs); registers the metrics.
@@ -66,7 +73,17 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         redis_health,
         broker,
         readiness,
-    } = Backing::connect(config.backing(), &MIGRATOR).await?;
+    } = Backing::connect(
+        config.backing(),
+        Migrators {
+            postgres: &MIGRATOR,
+            mysql: &MYSQL_MIGRATOR,
+        },
+    )
+    .await?;
+    let db = db.postgres().cloned().context(
+        "inventory-service runs on PostgreSQL only so far: its MySQL statements are not wired in yet",
+    )?;
     let locker = lock::Locker::new(
         redis.clone(),
         RedisKeys::new(config.redis_key_prefix.clone()),
@@ -113,7 +130,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
     let messaging = Messaging {
-        db: state.db.clone(),
+        db: state.db.clone().into(),
         broker: state.broker.clone(),
         config: state.config.messaging.clone(),
         outbox: state.outbox.clone(),

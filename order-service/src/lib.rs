@@ -18,7 +18,7 @@ use axum::Router;
 use platform::http::AdminToken;
 use platform::messaging::background::{Messaging, keep_running};
 use platform::messaging::outbox::OutboxSignal;
-use platform::startup::Backing;
+use platform::startup::{Backing, Migrators};
 use shared::keys::{self, RedisKeys};
 use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
@@ -34,11 +34,19 @@ use crate::state::AppState;
 use crate::tokens::signed::{TokenSecret, TokenSigner};
 use crate::tokens::store::TokenStore;
 
-/// The service's migrations, embedded. During a rolling update an instance of the previous
-/// release may (re)start after a newer one migrated: migrations only expand what older code
-/// reads (docs/operating.md, "Rolling updates"), so the versions it does not know do not stop it.
+/// The service's migrations, embedded, one history per backend. During a rolling update an
+/// instance of the previous release may (re)start after a newer one migrated: migrations only
+/// expand what older code reads (docs/operating.md, "Rolling updates"), so the versions it
+/// does not know do not stop it.
 pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     let mut migrator = sqlx::migrate!("../migrations/order-service/postgres");
+    migrator.set_ignore_missing(true);
+    migrator
+});
+
+/// [`MIGRATOR`] on MySQL and MariaDB.
+pub static MYSQL_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    let mut migrator = sqlx::migrate!("../migrations/order-service/mysql");
     migrator.set_ignore_missing(true);
     migrator
 });
@@ -54,9 +62,15 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         redis_health,
         broker,
         readiness,
-    } = Backing::connect(config.backing(), &MIGRATOR)
-        .await
-        .context("preparing the orders database")?;
+    } = Backing::connect(
+        config.backing(),
+        Migrators {
+            postgres: &MIGRATOR,
+            mysql: &MYSQL_MIGRATOR,
+        },
+    )
+    .await
+    .context("preparing the orders database")?;
     let secret = match &config.idempotency_token_secret {
         Some(secret) => secret.clone(),
         None => crate::tokens::secret_queries::load_or_store(&db, &TokenSecret::generate())

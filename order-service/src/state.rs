@@ -8,9 +8,9 @@ use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
 use platform::messaging::broker::Broker;
 use platform::messaging::outbox::OutboxSignal;
+use platform::storage::Database;
 use platform::storage::redis::RedisConnection;
 use platform::storage::redis::health::RedisHealth;
-use sqlx::PgPool;
 
 use crate::config::Config;
 use crate::identity::Identity;
@@ -19,7 +19,7 @@ use crate::tokens::store::TokenStore;
 
 #[derive(Clone, Debug)]
 pub struct AppState {
-    pub db: PgPool,
+    pub db: Database,
     pub tokens: TokenStore,
     /// Where `POST /orders` hands its order to be written with the next batch.
     pub intake: Intake,
@@ -46,7 +46,7 @@ impl FromRef<AppState> for AdminToken {
 impl FromRef<AppState> for OutboxDb {
     fn from_ref(state: &AppState) -> Self {
         Self {
-            db: state.db.clone().into(),
+            db: state.db.clone(),
             signal: state.outbox.clone(),
         }
     }

@@ -105,25 +105,32 @@ pub fn database_urls(default: &str) -> anyhow::Result<Vec<String>> {
     if urls.is_empty() {
         bail!("environment variable {name} names no URL");
     }
-    for url in &urls {
-        check_database_scheme(url)
-            .and_then(|()| crate::storage::postgres::connect_options(url))
-            .with_context(|| format!("environment variable {name} is not valid"))?;
+    let backends = urls
+        .iter()
+        .map(|url| {
+            check_database_url(url)
+                .with_context(|| format!("environment variable {name} is not valid"))
+        })
+        .collect::<anyhow::Result<std::collections::HashSet<_>>>()?;
+    if backends.len() > 1 {
+        bail!("environment variable {name} mixes PostgreSQL and MySQL URLs");
     }
     Ok(urls)
 }
 
-/// The services' statements exist for PostgreSQL only so far: a MySQL URL stops the start
-/// rather than being spoken to as PostgreSQL, and so does an unknown scheme. The URL itself
-/// is not repeated (it may carry a password).
-fn check_database_scheme(url: &str) -> anyhow::Result<()> {
-    match crate::storage::Backend::of_url(url)? {
-        crate::storage::Backend::Postgres => Ok(()),
-        crate::storage::Backend::MySql => bail!(
-            "`mysql://`: MySQL and MariaDB are not supported by this build yet; it runs on \
-             PostgreSQL (`postgres://`)"
-        ),
+/// The backend `url` names, its options checked as its driver reads them; an unknown scheme
+/// stops the start. The URL itself is not repeated (it may carry a password).
+fn check_database_url(url: &str) -> anyhow::Result<crate::storage::Backend> {
+    let backend = crate::storage::Backend::of_url(url)?;
+    match backend {
+        crate::storage::Backend::Postgres => {
+            crate::storage::postgres::connect_options(url).map(drop)?;
+        }
+        crate::storage::Backend::MySql => {
+            crate::storage::mysql::connect_options(url).map(drop)?;
+        }
     }
+    Ok(backend)
 }
 
 /// An AMQP URL, checked at start: the broker supervisor connects lazily and would otherwise
@@ -181,29 +188,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_database_url_must_be_postgresql_and_a_refusal_never_repeats_it() {
-        for good in [
-            "postgres://postgres@127.0.0.1:5432/orders",
-            "PostgreSQL://u:p@db/orders?sslmode=require",
-        ] {
-            assert!(check_database_scheme(good).is_ok(), "{good}");
-        }
-        for (bad, says) in [
+    fn a_database_url_names_its_backend_and_a_refusal_never_repeats_it() {
+        use crate::storage::Backend;
+        for (good, backend) in [
             (
-                "mysql://root:secret@127.0.0.1:3306/orders",
-                "MySQL and MariaDB",
+                "postgres://postgres@127.0.0.1:5432/orders",
+                Backend::Postgres,
             ),
+            (
+                "PostgreSQL://u:p@db/orders?sslmode=require",
+                Backend::Postgres,
+            ),
+            ("mysql://root:secret@127.0.0.1:3306/orders", Backend::MySql),
             (
                 "mariadb://root:secret@127.0.0.1:3306/orders",
-                "MySQL and MariaDB",
+                Backend::MySql,
             ),
+        ] {
+            assert_eq!(check_database_url(good).expect(good), backend, "{good}");
+        }
+        for (bad, says) in [
             (
                 "foo://root:secret@127.0.0.1/orders",
                 "unknown scheme `foo://`",
             ),
             ("root:secret@127.0.0.1/orders", "not a URL"),
         ] {
-            let refusal = check_database_scheme(bad).expect_err(bad).to_string();
+            let refusal = check_database_url(bad).expect_err(bad).to_string();
             assert!(refusal.contains(says), "{bad}: {refusal}");
             assert!(!refusal.contains("secret"), "{refusal}");
         }

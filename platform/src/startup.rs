@@ -1,5 +1,5 @@
 //! Start-up both services share: the backing services a service connects to before it
-//! serves (its PostgreSQL database, created and migrated; Redis, lazily, so a service starts
+//! serves (its database, PostgreSQL or MySQL as `DATABASE_URL` names it, created and migrated; Redis, lazily, so a service starts
 //! while Redis is down; RabbitMQ, through the supervisor `serve` runs), the Redis health
 //! loop every Redis call is gated by, and the HTTP API put together and served.
 
@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -20,10 +19,11 @@ use crate::http::health::Readiness;
 use crate::http::{Cors, RateLimit};
 use crate::messaging::background::keep_running;
 use crate::messaging::broker::Broker;
-use crate::storage::postgres::{PoolSettings, connect_and_migrate};
+use crate::storage::postgres::PoolSettings;
 use crate::storage::redis::health::{CHECK_EVERY, RedisHealth};
 use crate::storage::redis::{RedisConnection, Sentinels, connect_with_timeout};
 use crate::storage::tls::ClientTls;
+use crate::storage::{Backend, Database, MySqlStore};
 
 /// Where the backing services are, as each service's configuration names them.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +41,7 @@ pub struct BackingSettings<'a> {
 /// The connections a service runs on, and what `/readyz` probes of them.
 #[derive(Debug, Clone)]
 pub struct Backing {
-    pub db: PgPool,
+    pub db: Database,
     pub redis: RedisConnection,
     /// Whether Redis is known down; [`watch_redis`] keeps it current.
     pub redis_health: RedisHealth,
@@ -51,17 +51,13 @@ pub struct Backing {
 }
 
 impl Backing {
-    /// Connects to PostgreSQL (creating the database when missing and applying `migrator`)
-    /// and prepares Redis and RabbitMQ without waiting for them.
+    /// Connects to the database `DATABASE_URL` names (creating it when missing and applying
+    /// that backend's migrations) and prepares Redis and RabbitMQ without waiting for them.
     pub async fn connect(
         settings: BackingSettings<'_>,
-        migrator: &Migrator,
+        migrators: Migrators<'_>,
     ) -> anyhow::Result<Self> {
-        let pool = PoolSettings {
-            max_connections: settings.database_max_connections,
-            ..PoolSettings::default()
-        };
-        let db = connect_and_migrate(settings.database_urls, &pool, migrator)
+        let db = connect_database(&settings, migrators)
             .await
             .context("preparing the database")?;
         let redis = connect_with_timeout(
@@ -72,7 +68,7 @@ impl Backing {
         )?;
         let broker = Broker::cluster(settings.amqp_urls, settings.tls.amqp_ca.clone());
         let readiness = Readiness {
-            db: db.clone().into(),
+            db: db.clone(),
             redis: redis.clone(),
             broker_up: broker.up(),
             draining: CancellationToken::new(),
@@ -85,6 +81,37 @@ impl Backing {
             readiness,
         })
     }
+}
+
+/// A service's migrations, one history per backend (`migrations/<service>/<backend>/`).
+#[derive(Debug, Clone, Copy)]
+pub struct Migrators<'a> {
+    pub postgres: &'a Migrator,
+    pub mysql: &'a Migrator,
+}
+
+/// The pool of the backend the URLs name (the configuration checked they name one), its
+/// database created and migrated.
+async fn connect_database(
+    settings: &BackingSettings<'_>,
+    migrators: Migrators<'_>,
+) -> anyhow::Result<Database> {
+    let pool = PoolSettings {
+        max_connections: settings.database_max_connections,
+        ..PoolSettings::default()
+    };
+    let urls = settings.database_urls;
+    let first = urls.first().context("no database URL")?;
+    Ok(match Backend::of_url(first)? {
+        Backend::Postgres => {
+            crate::storage::postgres::connect_and_migrate(urls, &pool, migrators.postgres)
+                .await?
+                .into()
+        }
+        Backend::MySql => Database::MySql(MySqlStore(
+            crate::storage::mysql::connect_and_migrate_any(urls, &pool, migrators.mysql).await?,
+        )),
+    })
 }
 
 /// Runs the Redis health check on `tasks` until `shutdown`, restarted if it ever panics: a

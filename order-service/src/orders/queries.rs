@@ -1,11 +1,12 @@
 //! The `orders` table. Every statement is checked against the migrations at build time
-//! (`sqlx::query!`, offline data in `.sqlx/`).
+//! (`sqlx::query!`, offline data in `.sqlx/`); on MySQL, the statements of `order_mysql`
+//! (each function holds both, one `match` on the connection at its top).
 
 use chrono::{DateTime, Utc};
+use platform::storage::Conn;
 use rust_decimal::Decimal;
 use shared::events::{LineItem, RejectionReason};
 use shared::ids::{OrderId, UserId};
-use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
 
@@ -76,7 +77,42 @@ pub(crate) fn typed(rows: Vec<StoredOrder>) -> sqlx::Result<Vec<OrderRow>> {
     rows.into_iter().map(OrderRow::try_from).collect()
 }
 
-pub async fn find(conn: &mut PgConnection, order_id: OrderId) -> sqlx::Result<Option<OrderRow>> {
+impl TryFrom<order_mysql::OrderRecord> for OrderRow {
+    type Error = sqlx::Error;
+
+    /// MySQL's row: the same columns, the items as JSON text.
+    fn try_from(row: order_mysql::OrderRecord) -> sqlx::Result<Self> {
+        let items = serde_json::from_str(&row.items).map_err(|e| sqlx::Error::ColumnDecode {
+            index: "items".to_owned(),
+            source: Box::new(e),
+        })?;
+        OrderRow::try_from(StoredOrder {
+            order_id: row.order_id,
+            user_id: row.user_id,
+            items: Json(items),
+            amount: row.amount,
+            status: row.status,
+            rejection_reason: row.rejection_reason,
+            payment_due_at: row.payment_due_at,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+/// MySQL's rows, read into [`OrderRow`]s.
+pub(crate) fn typed_mysql(rows: Vec<order_mysql::OrderRecord>) -> sqlx::Result<Vec<OrderRow>> {
+    rows.into_iter().map(OrderRow::try_from).collect()
+}
+
+pub async fn find(conn: Conn<'_>, order_id: OrderId) -> sqlx::Result<Option<OrderRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let row = order_mysql::orders::find(conn, order_id.0).await?;
+            return row.map(OrderRow::try_from).transpose();
+        }
+    };
     sqlx::query_as!(
         StoredOrder,
         r#"SELECT order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
@@ -101,7 +137,19 @@ pub struct ListQuery {
     pub fetch: i64,
 }
 
-pub async fn list(conn: &mut PgConnection, query: &ListQuery) -> sqlx::Result<Vec<OrderRow>> {
+pub async fn list(conn: Conn<'_>, query: &ListQuery) -> sqlx::Result<Vec<OrderRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let page = order_mysql::orders::Page {
+                user_id: query.user_id.map(|u| u.0),
+                status: query.status.map(OrderStatus::as_str),
+                after: query.after,
+                fetch: query.fetch,
+            };
+            return typed_mysql(order_mysql::orders::list(conn, page).await?);
+        }
+    };
     // One statement for every filter combination: a NULL parameter switches its filter off.
     let (after_at, after_id) = query.after.unzip();
     let rows = sqlx::query_as!(
@@ -126,10 +174,14 @@ pub async fn list(conn: &mut PgConnection, query: &ListQuery) -> sqlx::Result<Ve
 }
 
 /// The order, locked until the transaction ends (for a status change decided in code).
-pub async fn find_for_update(
-    conn: &mut PgConnection,
-    order_id: OrderId,
-) -> sqlx::Result<Option<OrderRow>> {
+pub async fn find_for_update(conn: Conn<'_>, order_id: OrderId) -> sqlx::Result<Option<OrderRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let row = order_mysql::orders::find_for_update(conn, order_id.0).await?;
+            return row.map(OrderRow::try_from).transpose();
+        }
+    };
     sqlx::query_as!(
         StoredOrder,
         r#"SELECT order_id, user_id, items AS "items: Json<Vec<LineItem>>", amount, status,
@@ -146,7 +198,7 @@ pub async fn find_for_update(
 /// [`find_for_update`] for a caller: with an `owner`, another user's order is not there (its
 /// existence is not revealed).
 pub async fn find_owned_for_update(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     order_id: OrderId,
     owner: Option<UserId>,
 ) -> sqlx::Result<Option<OrderRow>> {
@@ -155,10 +207,17 @@ pub async fn find_owned_for_update(
 }
 
 pub async fn set_status(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     order_id: OrderId,
     to: OrderStatus,
 ) -> sqlx::Result<OrderRow> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let row = order_mysql::orders::set_status(conn, order_id.0, to.as_str()).await?;
+            return row.try_into();
+        }
+    };
     sqlx::query_as!(
         StoredOrder,
         r#"UPDATE orders SET status = $2, updated_at = now() WHERE order_id = $1

@@ -105,7 +105,7 @@ pub async fn get(
 ) -> Result<Json<Order>, ApiError> {
     let order_id = OrderId(order_id);
     let mut conn = state.db.acquire().await?;
-    let row = crate::orders::queries::find(&mut conn, order_id).await?;
+    let row = crate::orders::queries::find(conn.conn(), order_id).await?;
     row.filter(|r| caller.0.is_none_or(|user| user.0 == r.user_id))
         .map(|r| Json(r.into()))
         .ok_or(ApiError::OrderNotFound(order_id))
@@ -160,7 +160,7 @@ pub async fn list(
         fetch: limit + 1,
     };
     let mut conn = state.db.acquire().await?;
-    let rows = crate::orders::queries::list(&mut conn, &query).await?;
+    let rows = crate::orders::queries::list(conn.conn(), &query).await?;
     let page = Page::from_rows(rows, limit, |row| {
         encode_cursor(row.created_at, row.order_id)
     });

@@ -1,13 +1,22 @@
 //! `idempotency_token_secret`: the one row holding the key tokens are signed with when
 //! none is configured.
 
+use platform::storage::Database;
 use sqlx::PgPool;
 
 use crate::tokens::signed::TokenSecret;
 
 /// The stored secret; the first instance to start stores `candidate`. Reads first, so a
 /// start writes only when there is no secret yet.
-pub async fn load_or_store(pool: &PgPool, candidate: &TokenSecret) -> sqlx::Result<TokenSecret> {
+pub async fn load_or_store(db: &Database, candidate: &TokenSecret) -> sqlx::Result<TokenSecret> {
+    let pool = match db {
+        Database::Postgres(pool) => pool,
+        Database::MySql(store) => {
+            let secret =
+                order_mysql::tokens::load_or_store_secret(&store.0, candidate.as_bytes()).await?;
+            return Ok(TokenSecret::new(secret));
+        }
+    };
     if let Some(secret) = load(pool).await? {
         return Ok(secret);
     }

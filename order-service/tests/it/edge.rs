@@ -54,7 +54,7 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
     let mut state = order_service::build_state(config).await.expect("state");
     // One connection, which the test holds: every request waits out the acquire timeout.
     let (pool, held) = crate::helpers::saturated_pool(&database.url).await;
-    state.db = pool;
+    state.db = pool.into();
     let app = order_service::build_app(state);
     let order = format!("/orders/{}", random_uuid());
     let cancel = format!("{order}/cancel");

@@ -5,6 +5,7 @@
 use order_service::orders::payment::PaymentWindow;
 use order_service::orders::settle::{self, Effect, Incoming, MessageKey, SettleError, Verdict};
 use platform::messaging::consumer::Handled;
+use platform::storage::Conn;
 use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
 use shared::ids::OrderId;
@@ -63,7 +64,7 @@ fn message_id(incoming: &Incoming) -> Uuid {
 
 async fn settle_committed(pool: &PgPool, incoming: &[Incoming]) -> Vec<Handled> {
     let mut tx = pool.begin().await.expect("a transaction");
-    let settled = settle::settle_all(&mut tx, incoming, PaymentWindow::OFF)
+    let settled = settle::settle_all(Conn::from(&mut *tx), incoming, PaymentWindow::OFF)
         .await
         .expect("settles");
     tx.commit().await.expect("commits");
@@ -164,7 +165,7 @@ async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge
     let pool = db.pool.clone();
     let settling = tokio::spawn(async move {
         let mut conn = pool.acquire().await.expect("a connection");
-        settle::settle_all(&mut conn, &batch, PaymentWindow::OFF)
+        settle::settle_all(Conn::from(&mut *conn), &batch, PaymentWindow::OFF)
             .await
             .map(|settled| settled.handled)
     });
@@ -181,7 +182,7 @@ async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge
     // Judged again, the verdict finds the order cancelled: recorded, and the stock asked back.
     let mut conn = db.pool.acquire().await.expect("a connection");
     let again = settle::settle_all(
-        &mut conn,
+        Conn::from(&mut *conn),
         std::slice::from_ref(&reserved),
         PaymentWindow::OFF,
     )

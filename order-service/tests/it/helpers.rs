@@ -81,7 +81,7 @@ impl TestApp {
         let mut held = None;
         if saturated {
             let (pool, connection) = saturated_pool(&db.url).await;
-            state.db = pool;
+            state.db = pool.into();
             held = Some(connection);
         }
         let shutdown = CancellationToken::new();

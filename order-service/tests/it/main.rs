@@ -15,6 +15,7 @@ mod intake;
 mod intake_crash;
 mod listing;
 mod messaging;
+mod mysql;
 mod openapi_snapshot;
 mod outbox;
 mod payment;

@@ -116,7 +116,7 @@ async fn stale_pending_orders_are_settled_or_published_again() {
     publish(&app, "order.created").await;
 
     let client = reqwest::Client::new();
-    let looked_at = reconcile_once(&app.db.pool, &client, &settings)
+    let looked_at = reconcile_once(&app.db.pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(looked_at, 3);
@@ -155,7 +155,7 @@ async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_b
     let waiting = id(&app.create_order(&order_body(1, 1002, 1)).await);
 
     for round in 1..=5 {
-        reconcile_once(&app.db.pool, &client, &settings)
+        reconcile_once(&app.db.pool.clone().into(), &client, &settings)
             .await
             .expect("round");
         assert_eq!(
@@ -175,7 +175,7 @@ async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_b
     publish(&app, "order.created").await;
     inventory.answer(&lost, "APPLIED");
     inventory.answer(&waiting, "APPLIED");
-    reconcile_once(&app.db.pool, &client, &settings)
+    reconcile_once(&app.db.pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     for order in [&lost, &waiting] {
@@ -198,7 +198,12 @@ async fn what_was_learned_before_an_unreadable_answer_is_written() {
     inventory.answer(&unreadable, "SOMETHING_NEW");
     inventory.answer(&third, "APPLIED");
 
-    let round = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings).await;
+    let round = reconcile_once(
+        &app.db.pool.clone().into(),
+        &reqwest::Client::new(),
+        &settings,
+    )
+    .await;
     assert!(round.is_err(), "an unreadable answer fails the round");
     assert_eq!(app.order_status(&first).await, "CONFIRMED");
     assert_eq!(app.order_status(&unreadable).await, "PENDING");
@@ -218,9 +223,13 @@ async fn an_unreachable_inventory_changes_nothing() {
         batch: 100,
         payment_window: PaymentWindow::OFF,
     };
-    reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
-        .await
-        .expect("round");
+    reconcile_once(
+        &app.db.pool.clone().into(),
+        &reqwest::Client::new(),
+        &settings,
+    )
+    .await
+    .expect("round");
     assert_eq!(
         app.order_status(order["order_id"].as_str().expect("id"))
             .await,
@@ -291,7 +300,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
         after: Duration::from_secs(3600),
         ..settings.clone()
     };
-    let looked_at = reconcile_once(&app.db.pool, &client, &young)
+    let looked_at = reconcile_once(&app.db.pool.clone().into(), &client, &young)
         .await
         .expect("round");
     assert_eq!(
@@ -300,7 +309,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
         "a recent cancellation is left to the events"
     );
 
-    let looked_at = reconcile_once(&app.db.pool, &client, &settings)
+    let looked_at = reconcile_once(&app.db.pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(looked_at, 1);
@@ -311,7 +320,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
     );
 
     // The new one has not left the outbox yet: asking again sends no third.
-    reconcile_once(&app.db.pool, &client, &settings)
+    reconcile_once(&app.db.pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(inventory.asked(&order), 2);
@@ -319,7 +328,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
 
     // Published, and inventory still holds the stock: sent again.
     publish(&app, "order.cancelled").await;
-    reconcile_once(&app.db.pool, &client, &settings)
+    reconcile_once(&app.db.pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(cancellations(&app, &order).await, (3, 1));
@@ -328,11 +337,11 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
     // Inventory released it: recorded, and neither asked nor sent again.
     publish(&app, "order.cancelled").await;
     inventory.answer(&order, "RELEASED");
-    reconcile_once(&app.db.pool, &client, &settings)
+    reconcile_once(&app.db.pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert!(release_recorded(&app, &order).await);
-    let looked_at = reconcile_once(&app.db.pool, &client, &settings)
+    let looked_at = reconcile_once(&app.db.pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!((looked_at, inventory.asked(&order)), (0, 4));
@@ -350,9 +359,13 @@ async fn a_cancelled_order_is_settled_by_what_inventory_holds_for_it() {
     inventory.answer(&tombstoned, "CANCELLED");
     inventory.answer(&rejected, "REJECTED");
 
-    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
-        .await
-        .expect("round");
+    let looked_at = reconcile_once(
+        &app.db.pool.clone().into(),
+        &reqwest::Client::new(),
+        &settings,
+    )
+    .await
+    .expect("round");
     assert_eq!(looked_at, 3);
     // Never seen by inventory: the cancellation must still reach it, to leave a tombstone.
     assert_eq!(cancellations(&app, &unseen).await, (2, 1));
@@ -372,7 +385,7 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
     let order = id(&app.create_order(&order_body(1, 1001, 2)).await);
     assert_eq!(app.cancel(&order).await.status(), 200);
     let handler = InventoryEvents::new(
-        app.db.pool.clone(),
+        app.db.pool.clone().into(),
         OutboxSignal::default(),
         PaymentWindow::OFF,
     );
@@ -402,9 +415,13 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
         Handled::Duplicate
     );
 
-    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
-        .await
-        .expect("round");
+    let looked_at = reconcile_once(
+        &app.db.pool.clone().into(),
+        &reqwest::Client::new(),
+        &settings,
+    )
+    .await
+    .expect("round");
     assert_eq!((looked_at, inventory.asked(&order)), (0, 0));
     assert_eq!(cancellations(&app, &order).await.0, 1);
 }
@@ -427,9 +444,13 @@ async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled
         .expect("dead");
     inventory.answer(&order, "APPLIED");
 
-    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
-        .await
-        .expect("round");
+    let looked_at = reconcile_once(
+        &app.db.pool.clone().into(),
+        &reqwest::Client::new(),
+        &settings,
+    )
+    .await
+    .expect("round");
     assert_eq!(looked_at, 1);
     assert_eq!(
         cancellations(&app, &order).await,
@@ -441,12 +462,20 @@ async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled
     // Inventory released it: recorded, and not asked about again.
     publish(&app, "order.cancelled").await;
     inventory.answer(&order, "RELEASED");
-    reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
-        .await
-        .expect("round");
+    reconcile_once(
+        &app.db.pool.clone().into(),
+        &reqwest::Client::new(),
+        &settings,
+    )
+    .await
+    .expect("round");
     assert!(release_recorded(&app, &order).await);
-    let looked_at = reconcile_once(&app.db.pool, &reqwest::Client::new(), &settings)
-        .await
-        .expect("round");
+    let looked_at = reconcile_once(
+        &app.db.pool.clone().into(),
+        &reqwest::Client::new(),
+        &settings,
+    )
+    .await
+    .expect("round");
     assert_eq!(looked_at, 0);
 }

@@ -8,19 +8,22 @@
 use std::future::Future;
 use std::time::Duration;
 
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::messaging::MessagingConfig;
 use crate::messaging::broker::Broker;
+use crate::messaging::consumer::ConsumerStore;
 use crate::messaging::consumer::{ConsumerSettings, Handler};
 use crate::messaging::outbox::OutboxSignal;
+use crate::messaging::relay::store::RelayStore;
+use crate::messaging::retention::MaintenanceStore;
+use crate::storage::Database;
 
 /// What the loops of one service share.
 #[derive(Debug, Clone)]
 pub struct Messaging {
-    pub db: PgPool,
+    pub db: Database,
     pub broker: Broker,
     pub config: MessagingConfig,
     pub outbox: OutboxSignal,
@@ -50,6 +53,63 @@ impl Messaging {
             let broker = broker.clone();
             move || broker.clone().supervise(stop.clone())
         }));
+        if let Database::Postgres(pool) = &db {
+            let stop = shutdown.clone();
+            tasks.spawn(keep_running("vacuum", stop.clone(), {
+                let (db, every) = (pool.clone(), config.vacuum_every);
+                move || {
+                    crate::storage::vacuum::run(db.clone(), churning_tables, every, stop.clone())
+                }
+            }));
+        }
+        let settings = ConsumerSettings {
+            queue,
+            // Unique per process, so several instances can consume the same queue.
+            consumer_tag: format!("{queue}-{}", uuid::Uuid::new_v4()),
+            prefetch: config.consumer_prefetch,
+            concurrency: config.consumer_concurrency,
+            // One setting for every batching stage of the service.
+            linger: config.relay.linger,
+        };
+        let loops = Loops {
+            tasks,
+            broker,
+            config: &config,
+            outbox,
+            settings,
+            shutdown,
+        };
+        match db {
+            Database::Postgres(pool) => loops.spawn(pool, handler),
+            Database::MySql(store) => loops.spawn(store, handler),
+        }
+    }
+}
+
+/// The loops that read and write the database, on the store of its backend.
+struct Loops<'a> {
+    tasks: &'a TaskTracker,
+    broker: Broker,
+    config: &'a MessagingConfig,
+    outbox: OutboxSignal,
+    settings: ConsumerSettings,
+    shutdown: &'a CancellationToken,
+}
+
+impl Loops<'_> {
+    fn spawn<S, H>(self, db: S, handler: H)
+    where
+        S: RelayStore + ConsumerStore + MaintenanceStore,
+        H: Handler,
+    {
+        let Self {
+            tasks,
+            broker,
+            config,
+            outbox,
+            settings,
+            shutdown,
+        } = self;
         let stop = shutdown.clone();
         tasks.spawn(keep_running("outbox relay", stop.clone(), {
             let (db, broker, settings) = (db.clone(), broker.clone(), config.relay.clone());
@@ -70,20 +130,6 @@ impl Messaging {
                 crate::messaging::retention::maintain(db.clone(), retention.clone(), stop.clone())
             }
         }));
-        let stop = shutdown.clone();
-        tasks.spawn(keep_running("vacuum", stop.clone(), {
-            let (db, every) = (db.clone(), config.vacuum_every);
-            move || crate::storage::vacuum::run(db.clone(), churning_tables, every, stop.clone())
-        }));
-        let settings = ConsumerSettings {
-            queue,
-            // Unique per process, so several instances can consume the same queue.
-            consumer_tag: format!("{queue}-{}", uuid::Uuid::new_v4()),
-            prefetch: config.consumer_prefetch,
-            concurrency: config.consumer_concurrency,
-            // One setting for every batching stage of the service.
-            linger: config.relay.linger,
-        };
         let stop = shutdown.clone();
         tasks.spawn(keep_running("consumer", stop.clone(), move || {
             crate::messaging::consumer::run(

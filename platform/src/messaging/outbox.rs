@@ -3,9 +3,9 @@
 //!
 //! Both services own an `outbox` table of the same shape (see their migrations).
 
+use crate::storage::Conn;
 use serde::Serialize;
 use shared::events::{Envelope, Event};
-use sqlx::PgConnection;
 
 use crate::telemetry::TraceContext;
 
@@ -100,6 +100,17 @@ pub struct NewOutboxRow {
 }
 
 impl NewOutboxRow {
+    /// The row as MySQL's statement takes it.
+    pub fn as_mysql(&self) -> platform_mysql::outbox::NewRow<'_> {
+        platform_mysql::outbox::NewRow {
+            event_id: self.event_id,
+            exchange: &self.exchange,
+            routing_key: self.routing_key,
+            payload: &self.payload,
+            headers: &self.headers,
+        }
+    }
+
     pub fn new<E: Event + Serialize>(
         exchange: &str,
         envelope: &Envelope<E>,
@@ -142,10 +153,17 @@ impl<'a> OutboxColumns<'a> {
 
 /// Writes every row to the outbox in one statement (inside the caller's transaction); after
 /// the commit, the caller hands the same rows to [`OutboxSignal::committed`].
-pub async fn enqueue_all(conn: &mut PgConnection, rows: &[NewOutboxRow]) -> sqlx::Result<()> {
+pub async fn enqueue_all(conn: Conn<'_>, rows: &[NewOutboxRow]) -> sqlx::Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let rows: Vec<_> = rows.iter().map(NewOutboxRow::as_mysql).collect();
+            return platform_mysql::outbox::insert(conn, &rows).await;
+        }
+    };
     let c = OutboxColumns::of(rows);
     // unnest keeps the rows in order, so the relay publishes them in the batch's order.
     sqlx::query!(

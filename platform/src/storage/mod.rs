@@ -10,10 +10,11 @@ pub mod redis;
 pub mod tls;
 pub mod vacuum;
 
-pub use database::Database;
+pub use database::{Conn, Database, Pooled, Session, Tx};
+pub use mysql::MySqlStore;
 
 /// The database a service runs on, told by its `DATABASE_URL`'s scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// `postgres://` or `postgresql://`.
     Postgres,

@@ -120,6 +120,43 @@ pub async fn connect_and_migrate(
     Ok(pool)
 }
 
+/// [`connect_and_migrate`] on the server of `urls` that takes writes (`DATABASE_URLS`: a
+/// primary and its replicas, in any order): the first whose `@@read_only` is off. Replicas
+/// run with `read_only` on, so writes never reach one. Chosen once, at start: unlike
+/// PostgreSQL's pool (`super::postgres::Primary`), a MySQL pool does not follow a failover
+/// while it runs; a promoted replica is found by restarting the service (a failed
+/// readiness probe does that on Kubernetes).
+pub async fn connect_and_migrate_any(
+    urls: &[String],
+    settings: &PoolSettings,
+    migrator: &Migrator,
+) -> anyhow::Result<MySqlPool> {
+    let [url] = urls else {
+        let mut refused = Vec::new();
+        for url in urls {
+            match takes_writes(url).await {
+                Ok(true) => return connect_and_migrate(url, settings, migrator).await,
+                Ok(false) => refused.push("read-only".to_owned()),
+                Err(error) => refused.push(format!("{error:#}")),
+            }
+        }
+        anyhow::bail!("no MySQL server of DATABASE_URLS takes writes: {refused:?}")
+    };
+    connect_and_migrate(url, settings, migrator).await
+}
+
+/// Whether the server `url` names takes writes (`@@read_only` off).
+async fn takes_writes(url: &str) -> anyhow::Result<bool> {
+    let mut conn = MySqlConnection::connect_with(&connect_options(&without_database(url))?)
+        .await
+        .context("connecting")?;
+    let read_only: i64 = sqlx::query_scalar("SELECT @@global.read_only")
+        .fetch_one(&mut conn)
+        .await?;
+    conn.close().await.ok();
+    Ok(read_only == 0)
+}
+
 /// Applies `migrator` while holding a lock of our own on the database's migrations.
 ///
 /// sqlx serialises migrations with `GET_LOCK(<id>, -1)`, and ignores what it returns: MySQL

@@ -66,7 +66,7 @@ pub async fn count_failures<'c>(
     let counts = sqlx::query!(
         "SELECT m.message_id AS `message_id: Uuid`, m.failures
          FROM JSON_TABLE(?, '$[*]' COLUMNS (n FOR ORDINALITY, id CHAR(36) PATH '$')) AS f
-         STRAIGHT_JOIN message_failures AS m ON m.message_id = UNHEX(REPLACE(f.id, '-', ''))
+         STRAIGHT_JOIN message_failures AS m FORCE INDEX (PRIMARY) ON m.message_id = UNHEX(REPLACE(f.id, '-', ''))
          ORDER BY f.n",
         json_ids(&ids),
     )

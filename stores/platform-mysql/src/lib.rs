@@ -28,8 +28,11 @@
 //! `+00:00`), `BINARY(16)` ones as [`uuid::Uuid`].
 
 pub mod admin;
+mod conflict;
 pub mod inbox;
 pub mod outbox;
+
+pub use conflict::serialization_failure;
 
 use std::time::Duration;
 
@@ -56,18 +59,18 @@ pub fn fitting_error(error: &str) -> &str {
 
 /// `ids` as the JSON array of hyphenated strings the statements read with `JSON_TABLE`
 /// (`UNHEX(REPLACE(id, '-', ''))` makes each one the 16 bytes of its `BINARY(16)` column).
-pub(crate) fn json_ids(ids: &[Uuid]) -> String {
+pub fn json_ids(ids: &[Uuid]) -> String {
     serde_json::Value::from(ids.iter().map(Uuid::to_string).collect::<Vec<_>>()).to_string()
 }
 
 /// A duration as the whole microseconds `INTERVAL ? MICROSECOND` takes (saturating: a date
 /// pushed out of `DATETIME`'s range becomes NULL, which no row's date compares to).
-pub(crate) fn micros(duration: Duration) -> i64 {
+pub fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// The ids of `pairs` once each, the first pair of each id kept, in their first order.
-pub(crate) fn first_of_each<T: Copy>(pairs: &[(Uuid, T)]) -> Vec<(Uuid, T)> {
+pub fn first_of_each<T: Copy>(pairs: &[(Uuid, T)]) -> Vec<(Uuid, T)> {
     let mut seen = std::collections::HashSet::with_capacity(pairs.len());
     pairs
         .iter()

@@ -143,7 +143,7 @@ pub async fn mark_sent(db: impl MySqlExecutor<'_>, ids: &[Uuid]) -> sqlx::Result
     }
     let done = sqlx::query!(
         "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(36) PATH '$')) AS s
-         STRAIGHT_JOIN outbox AS o ON o.event_id = UNHEX(REPLACE(s.id, '-', ''))
+         STRAIGHT_JOIN outbox AS o FORCE INDEX (outbox_event_id_key) ON o.event_id = UNHEX(REPLACE(s.id, '-', ''))
          SET o.status = 'sent', o.sent_at = NOW(6), o.updated_at = NOW(6)
          WHERE o.status = 'pending'",
         json_ids(ids),

@@ -25,9 +25,8 @@
 
 use std::collections::HashMap;
 
-use platform::storage::postgres::planned_once::Kept;
 use platform::storage::redis::health::RedisCallError;
-use sqlx::PgConnection;
+use platform::storage::{Conn, Session};
 use uuid::Uuid;
 
 use super::Writer;
@@ -42,7 +41,7 @@ type Answer = Result<Placed, PlaceError>;
 /// Redis once they are given.
 pub(super) async fn place(
     writer: &Writer,
-    conn: &mut Kept,
+    conn: &mut Session,
     batch: Vec<Placement>,
 ) -> (Vec<Answer>, Record) {
     let mut answers: Vec<Option<Answer>> = batch.iter().map(|_| None).collect();
@@ -165,7 +164,7 @@ async fn claim(
 
 async fn write(
     writer: &Writer,
-    conn: &mut PgConnection,
+    mut conn: Conn<'_>,
     batch: &[Placement],
     claimed: Vec<usize>,
     ask_postgres: Vec<(usize, PlaceError)>,
@@ -178,7 +177,7 @@ async fn write(
         .iter()
         .map(|(i, _)| batch[*i].row.token)
         .collect();
-    let stored = match crate::tokens::queries::find_all(conn, &tokens).await {
+    let stored = match crate::tokens::queries::find_all(conn.reborrow(), &tokens).await {
         Ok(stored) => stored,
         Err(error) => {
             release(writer, batch, &claimed).await;
@@ -197,13 +196,14 @@ async fn write(
     }
 
     let rows: Vec<_> = claimed.iter().map(|&i| batch[i].row.clone()).collect();
-    let inserted = match crate::orders::intake::placement::insert_batch(conn, &rows).await {
-        Ok(inserted) => inserted,
-        Err(error) => {
-            release(writer, batch, &claimed).await;
-            return Err(error);
-        }
-    };
+    let inserted =
+        match crate::orders::intake::placement::insert_batch(conn.reborrow(), &rows).await {
+            Ok(inserted) => inserted,
+            Err(error) => {
+                release(writer, batch, &claimed).await;
+                return Err(error);
+            }
+        };
     let mut skipped = Vec::new();
     for &i in &claimed {
         if inserted.contains(&batch[i].row.token) {
@@ -231,7 +231,7 @@ async fn write(
 /// forgotten it was used) with that outcome.
 async fn settle_skipped(
     writer: &Writer,
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     batch: &[Placement],
     skipped: &[usize],
     answers: &mut [Option<Answer>],

@@ -11,7 +11,7 @@
 //!
 //! The task owns one pooled connection, kept from batch to batch (replaced after an error,
 //! given back after each batch in a pool too small to spare it), on which its statement is
-//! planned once ([`planned_once::Kept`], decision 0063). At shutdown it goes on until
+//! planned once on PostgreSQL ([`Session`], decision 0063). At shutdown it goes on until
 //! the HTTP server has answered its last request, then writes whatever was still queued.
 
 mod batch;
@@ -22,8 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use platform::messaging::outbox::OutboxSignal;
-use platform::storage::postgres::planned_once;
-use sqlx::PgPool;
+use platform::storage::{Database, Session};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -60,7 +59,7 @@ struct Job {
 /// What the intake task needs besides its queue.
 #[derive(Clone, Debug)]
 pub struct Writer {
-    pub db: PgPool,
+    pub db: Database,
     pub tokens: TokenStore,
     /// Woken after each commit that wrote outbox rows.
     pub outbox: OutboxSignal,
@@ -113,7 +112,7 @@ impl Intake {
             .map_err(|_| anyhow::anyhow!("the intake queue's lock is poisoned"))?
             .take();
         let mut queue = taken.ok_or_else(|| anyhow::anyhow!("the intake already runs"))?;
-        let mut conn = planned_once::Kept::default();
+        let mut conn = Session::default();
         let mut jobs = Vec::with_capacity(self.batch_max);
         loop {
             let taken = tokio::select! {
@@ -136,7 +135,7 @@ impl Intake {
 
 /// Writes one batch, answers its requests, then records their outcomes in Redis. A panic
 /// fails this batch's requests (their answers are dropped: each gets a 500) but not the task.
-async fn write(writer: &Writer, conn: &mut planned_once::Kept, jobs: Vec<Job>) {
+async fn write(writer: &Writer, conn: &mut Session, jobs: Vec<Job>) {
     metrics::gauge!(INTAKE_WAITING).decrement(jobs.len() as f64);
     metrics::histogram!(INTAKE_BATCH_SIZE).record(jobs.len() as f64);
     let (placements, replies): (Vec<_>, Vec<_>) =

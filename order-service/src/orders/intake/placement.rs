@@ -2,6 +2,8 @@
 //! their takers) and their `order.created` outbox rows, written by one `INSERT … WITH`
 //! statement.
 //!
+//! On MySQL the same rows are written by `order_mysql::placement`, in one transaction.
+//!
 //! One statement is one transaction in PostgreSQL, so every row of the batch commits together,
 //! in one round trip and one WAL flush, however many orders it holds: this is the group
 //! commit of order intake ([`crate::orders::intake`]). A batch of one runs the same statement.
@@ -20,9 +22,9 @@
 
 use chrono::{DateTime, Utc};
 use platform::messaging::outbox::NewOutboxRow;
+use platform::storage::Conn;
 use rust_decimal::Decimal;
 use shared::ids::OrderId;
-use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::orders::NewOrder;
@@ -86,13 +88,14 @@ impl Columns {
 
 /// Writes the batch; returns the tokens whose orders went in (the others already had an
 /// outcome, which the caller reads with [`crate::tokens::queries::find_all`]).
-pub async fn insert_batch(
-    conn: &mut PgConnection,
-    batch: &[NewPlacement],
-) -> sqlx::Result<Vec<Uuid>> {
+pub async fn insert_batch(conn: Conn<'_>, batch: &[NewPlacement]) -> sqlx::Result<Vec<Uuid>> {
     if batch.is_empty() {
         return Ok(Vec::new());
     }
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => return insert_batch_mysql(conn, batch).await,
+    };
     let c = Columns::of(batch).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     sqlx::query_scalar!(
         r#"WITH input AS (
@@ -138,4 +141,35 @@ pub async fn insert_batch(
     )
     .fetch_all(conn)
     .await
+}
+
+/// The batch on MySQL: the same rows, written by `order_mysql::placement` (four statements in
+/// one transaction, see there).
+async fn insert_batch_mysql(
+    conn: &mut sqlx::MySqlConnection,
+    batch: &[NewPlacement],
+) -> sqlx::Result<Vec<Uuid>> {
+    let items = batch
+        .iter()
+        .map(|p| serde_json::to_value(&p.order.items))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let rows: Vec<order_mysql::placement::NewPlacement<'_>> = batch
+        .iter()
+        .zip(&items)
+        .map(|(p, items)| order_mysql::placement::NewPlacement {
+            order_id: p.order_id.0,
+            user_id: p.order.user_id.0,
+            items,
+            amount: p.order.amount,
+            created_at: p.created_at,
+            token: p.token,
+            fingerprint: &p.response.fingerprint,
+            response_status: i16::from(p.response.status),
+            response_body: p.response.body.as_bytes(),
+            taker: p.response.taker.map(|t| t.0),
+            event: p.event.as_mysql(),
+        })
+        .collect();
+    order_mysql::placement::insert_batch(conn, &rows).await
 }

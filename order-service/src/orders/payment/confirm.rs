@@ -5,8 +5,8 @@
 //! closed, whether or not the expiry has run yet.
 
 use chrono::{DateTime, Utc};
+use platform::storage::Conn;
 use shared::ids::{OrderId, UserId};
-use sqlx::PgConnection;
 
 use crate::orders::OrderStatus;
 use crate::orders::queries::OrderRow;
@@ -49,11 +49,11 @@ pub enum ConfirmRefused {
 /// Confirms `order_id` in the caller's transaction (the caller commits, then records the
 /// transition). With an `owner`, only an order of theirs is found.
 pub async fn confirm(
-    conn: &mut PgConnection,
+    mut conn: Conn<'_>,
     order_id: OrderId,
     owner: Option<UserId>,
 ) -> Result<Confirmed, ConfirmRefused> {
-    let row = crate::orders::queries::find_owned_for_update(conn, order_id, owner)
+    let row = crate::orders::queries::find_owned_for_update(conn.reborrow(), order_id, owner)
         .await?
         .ok_or(ConfirmRefused::NotFound(order_id))?;
     match row.status {

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use platform::messaging::outbox::{NewOutboxRow, OutboxSignal};
+use platform::storage::{Conn, Database};
 use platform::telemetry::TraceContext;
 use shared::ids::OrderId;
-use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::orders::OrderStatus;
@@ -24,7 +24,7 @@ use crate::orders::settle::{self, Transition};
 pub const BATCH: i64 = 100;
 
 /// Expires what is due every `every` until `shutdown`, which it checks between batches only.
-pub async fn run(db: PgPool, outbox: OutboxSignal, every: Duration, shutdown: CancellationToken) {
+pub async fn run(db: Database, outbox: OutboxSignal, every: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -51,14 +51,14 @@ pub async fn run(db: PgPool, outbox: OutboxSignal, every: Duration, shutdown: Ca
 /// One batch: nothing due costs one read and no transaction; otherwise up to [`BATCH`] orders
 /// expire with their give-backs in one transaction, handed to the relay once committed. How
 /// many expired.
-pub async fn expire_batch(db: &PgPool, outbox: &OutboxSignal) -> anyhow::Result<usize> {
+pub async fn expire_batch(db: &Database, outbox: &OutboxSignal) -> anyhow::Result<usize> {
     let mut conn = db.acquire().await.context("acquiring a connection")?;
-    if !super::queries::any_due(&mut conn).await? {
+    if !super::queries::any_due(conn.conn()).await? {
         return Ok(0);
     }
     drop(conn);
     let mut tx = db.begin().await?;
-    let expired = expire(&mut tx, None, BATCH).await?;
+    let expired = expire(tx.conn(), None, BATCH).await?;
     tx.commit().await?;
     outbox.committed(expired.events);
     let count = expired.orders.len();
@@ -72,11 +72,12 @@ pub async fn expire_batch(db: &PgPool, outbox: &OutboxSignal) -> anyhow::Result<
 /// Expires up to `limit` due orders (only `only`'s when given, with its request's trace) and
 /// writes their give-backs, in the caller's transaction.
 pub async fn expire(
-    conn: &mut PgConnection,
+    mut conn: Conn<'_>,
     only: Option<(OrderId, &TraceContext)>,
     limit: i64,
 ) -> sqlx::Result<Expired> {
-    let rows = super::queries::expire_due(conn, only.map(|(order, _)| order), limit).await?;
+    let rows =
+        super::queries::expire_due(conn.reborrow(), only.map(|(order, _)| order), limit).await?;
     // A new trace per order without a request: each order's saga is followed on its own.
     let trace = |_: &OrderRow| only.map_or_else(TraceContext::new_root, |(_, t)| t.clone());
     let releases = rows.iter().map(|row| (OrderId(row.order_id), trace(row)));

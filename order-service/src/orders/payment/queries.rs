@@ -1,20 +1,28 @@
 //! The statements of the payment window: the guarded confirm, the expiry of due orders, and
 //! the probe that tells the expiry loop whether any order is due. The database's clock
-//! (`now()`, the transaction's start) is the one clock that decides.
+//! (`now()`, the transaction's start; MySQL's `NOW(6)`, the statement's) is the one clock
+//! that decides.
 
+use platform::storage::Conn;
 use shared::events::LineItem;
 use shared::ids::OrderId;
-use sqlx::PgConnection;
 use sqlx::types::Json;
 
-use crate::orders::queries::{OrderRow, StoredOrder, typed};
+use crate::orders::queries::{OrderRow, StoredOrder, typed, typed_mysql};
 
 /// Confirms the order if it still waits and its window is open: the clock decides here, in
 /// the guard, whether or not the expiry has run. The row as confirmed, or `None`.
 pub(super) async fn confirm_open(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     order_id: OrderId,
 ) -> sqlx::Result<Option<OrderRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let row = order_mysql::payment::confirm_open(conn, order_id.0).await?;
+            return row.map(OrderRow::try_from).transpose();
+        }
+    };
     sqlx::query_as!(
         StoredOrder,
         r#"UPDATE orders SET status = 'CONFIRMED', updated_at = now()
@@ -35,10 +43,19 @@ pub(super) async fn confirm_open(
 /// caller's own locks do not count, so a cancel that locked its order expires it here). The
 /// rows as expired, earliest due first.
 pub(super) async fn expire_due(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     only: Option<OrderId>,
     limit: i64,
 ) -> sqlx::Result<Vec<OrderRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let rows = order_mysql::payment::expire_due(conn, only.map(|o| o.0), limit).await?;
+            let mut orders = typed_mysql(rows)?;
+            orders.sort_by_key(|order| order.payment_due_at);
+            return Ok(orders);
+        }
+    };
     let rows = sqlx::query_as!(
         StoredOrder,
         r#"UPDATE orders SET status = 'EXPIRED', updated_at = now()
@@ -62,7 +79,11 @@ pub(super) async fn expire_due(
 
 /// Whether any order waits past its due time: one cheap read on the partial index, so an idle
 /// expiry loop opens no transaction.
-pub(super) async fn any_due(conn: &mut PgConnection) -> sqlx::Result<bool> {
+pub(super) async fn any_due(conn: Conn<'_>) -> sqlx::Result<bool> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => return order_mysql::payment::any_due(conn).await,
+    };
     sqlx::query_scalar!(
         r#"SELECT EXISTS (
                SELECT 1 FROM orders

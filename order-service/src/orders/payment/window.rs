@@ -35,6 +35,11 @@ impl PaymentWindow {
         self.0.map_or(0.0, |window| window.as_secs_f64())
     }
 
+    /// The window's length; zero when off.
+    pub fn duration(self) -> Duration {
+        self.0.unwrap_or_default()
+    }
+
     /// What inventory's reservation makes of a `PENDING` order.
     pub fn reserved(self) -> OrderStatus {
         if self.is_on() {

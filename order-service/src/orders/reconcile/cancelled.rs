@@ -8,22 +8,22 @@
 //!   one transaction). The order is asked about again next period, until inventory's answer
 //!   or its `inventory.released` records the release.
 
+use platform::storage::Database;
 use platform::telemetry::TraceContext;
 use shared::ids::OrderId;
 use shared::keys;
-use sqlx::PgPool;
 
 use super::ReconcileSettings;
 use super::inventory::Inventory;
 use crate::orders::settle::{self, Effect, Incoming};
 
 pub(super) async fn reconcile(
-    db: &PgPool,
+    db: &Database,
     inventory: &Inventory<'_>,
     settings: &ReconcileSettings,
 ) -> anyhow::Result<usize> {
     let stale = super::queries::claim_stale_cancelled(
-        &mut *db.acquire().await?,
+        db.acquire().await?.conn(),
         settings.after,
         settings.batch,
     )
@@ -49,7 +49,7 @@ pub(super) async fn reconcile(
     if !released.is_empty() {
         // Recorded through the consumer's path, as an `inventory.released` would be.
         let mut tx = db.begin().await?;
-        settle::settle_all(&mut tx, &released, settings.payment_window).await?;
+        settle::settle_all(tx.conn(), &released, settings.payment_window).await?;
         tx.commit().await?;
     }
     send_again(db, &to_send).await?;
@@ -59,12 +59,12 @@ pub(super) async fn reconcile(
 /// Sends `order.cancelled` again for each of `orders`, but for those whose last one still
 /// waits in the outbox (broker down, relay backing off): another copy would only queue up
 /// behind it.
-async fn send_again(db: &PgPool, orders: &[OrderId]) -> sqlx::Result<()> {
+async fn send_again(db: &Database, orders: &[OrderId]) -> sqlx::Result<()> {
     if orders.is_empty() {
         return Ok(());
     }
     let mut tx = db.begin().await?;
-    let unsent = super::queries::unsent(&mut tx, keys::ORDER_CANCELLED, orders).await?;
+    let unsent = super::queries::unsent(tx.conn(), keys::ORDER_CANCELLED, orders).await?;
     let again = orders.iter().copied().filter(|order_id| {
         if unsent.contains(order_id) {
             tracing::debug!(%order_id, "a cancellation still waits in the outbox");
@@ -76,7 +76,7 @@ async fn send_again(db: &PgPool, orders: &[OrderId]) -> sqlx::Result<()> {
     // Not handed over: the sweep sends it once it is `OUTBOX_SWEEP_AFTER_MS` old (a copy sent
     // again is in no hurry).
     settle::request_releases(
-        &mut tx,
+        tx.conn(),
         again.map(|order| (order, TraceContext::new_root())),
     )
     .await?;

@@ -18,7 +18,7 @@ mod queries;
 use std::time::Duration;
 
 use platform::messaging::outbox::OutboxSignal;
-use sqlx::PgPool;
+use platform::storage::Database;
 use tokio_util::sync::CancellationToken;
 
 use self::inventory::Inventory;
@@ -39,7 +39,7 @@ pub struct ReconcileSettings {
 
 /// Runs a round every `settings.every` until `shutdown`.
 pub async fn run(
-    db: PgPool,
+    db: Database,
     outbox: OutboxSignal,
     settings: ReconcileSettings,
     shutdown: CancellationToken,
@@ -70,7 +70,7 @@ pub async fn run(
 /// question failed. The cancelled orders are
 /// looked at even when the pending ones failed, so neither half can starve the other.
 pub async fn reconcile_once(
-    db: &PgPool,
+    db: &Database,
     client: &reqwest::Client,
     settings: &ReconcileSettings,
 ) -> anyhow::Result<usize> {

@@ -4,11 +4,11 @@
 //! long the broker stays away.
 
 use platform::messaging::outbox::NewOutboxRow;
+use platform::storage::{Conn, Database};
 use platform::telemetry::TraceContext;
 use shared::events::{Envelope, OrderCreated, OrderEvent};
 use shared::ids::{OrderId, UserId};
 use shared::keys;
-use sqlx::{PgConnection, PgPool};
 
 use super::ReconcileSettings;
 use super::inventory::{Inventory, ReservationState};
@@ -16,12 +16,12 @@ use crate::orders::queries::OrderRow;
 use crate::orders::settle::{self, Effect, Incoming, Verdict};
 
 pub(super) async fn reconcile(
-    db: &PgPool,
+    db: &Database,
     inventory: &Inventory<'_>,
     settings: &ReconcileSettings,
 ) -> anyhow::Result<usize> {
     let stale = super::queries::claim_stale_pending(
-        &mut *db.acquire().await?,
+        db.acquire().await?.conn(),
         settings.after,
         settings.batch,
     )
@@ -54,9 +54,9 @@ pub(super) async fn reconcile(
     if !learned.is_empty() || !unseen.is_empty() {
         // What was learned goes through the consumer's path, in one transaction.
         let mut tx = db.begin().await?;
-        let settled = settle::settle_all(&mut tx, &learned, settings.payment_window).await?;
-        let again = republications(&mut tx, &unseen).await?;
-        platform::messaging::outbox::enqueue_all(&mut tx, &again).await?;
+        let settled = settle::settle_all(tx.conn(), &learned, settings.payment_window).await?;
+        let again = republications(tx.conn(), &unseen).await?;
+        platform::messaging::outbox::enqueue_all(tx.conn(), &again).await?;
         tx.commit().await?;
         settled
             .transitions
@@ -70,10 +70,7 @@ pub(super) async fn reconcile(
 /// whose last one still waits in the outbox (the broker is away, or the relay backs off):
 /// another copy would only queue up behind it, and a round per period of the outage would
 /// each add one. Checked for all of them in one statement, in the transaction that enqueues.
-async fn republications(
-    conn: &mut PgConnection,
-    unseen: &[&OrderRow],
-) -> sqlx::Result<Vec<NewOutboxRow>> {
+async fn republications(conn: Conn<'_>, unseen: &[&OrderRow]) -> sqlx::Result<Vec<NewOutboxRow>> {
     if unseen.is_empty() {
         return Ok(Vec::new());
     }

@@ -3,21 +3,28 @@
 
 use std::collections::HashSet;
 
+use platform::storage::Conn;
 use shared::events::LineItem;
 use shared::ids::OrderId;
-use sqlx::PgConnection;
 use sqlx::types::Json;
 
-use crate::orders::queries::{OrderRow, StoredOrder, typed};
+use crate::orders::queries::{OrderRow, StoredOrder, typed, typed_mysql};
 
 /// Claims up to `limit` `PENDING` orders that neither changed nor were reconciled for
 /// `older_than`, oldest first, by stamping `reconciled_at`: concurrent reconcilers (one per
 /// instance) skip them for a period, and no row stays locked while inventory is asked.
 pub async fn claim_stale_pending(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     older_than: std::time::Duration,
     limit: i64,
 ) -> sqlx::Result<Vec<OrderRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let rows = order_mysql::reconcile::claim_stale_pending(conn, older_than, limit);
+            return typed_mysql(rows.await?);
+        }
+    };
     let rows = sqlx::query_as!(
         StoredOrder,
         r#"UPDATE orders SET reconciled_at = now()
@@ -46,10 +53,17 @@ pub async fn claim_stale_pending(
 /// [`claim_stale_pending`], so an order is asked about and its cancellation sent again at
 /// most once a period, by one instance.
 pub async fn claim_stale_cancelled(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     older_than: std::time::Duration,
     limit: i64,
 ) -> sqlx::Result<Vec<OrderRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let rows = order_mysql::reconcile::claim_stale_cancelled(conn, older_than, limit);
+            return typed_mysql(rows.await?);
+        }
+    };
     let rows = sqlx::query_as!(
         StoredOrder,
         r#"UPDATE orders SET reconciled_at = now()
@@ -76,10 +90,18 @@ pub async fn claim_stale_cancelled(
 /// statement for a whole round's orders, which reads only the pending rows (their partial
 /// index keeps it to the backlog, however many rows were sent).
 pub async fn unsent(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     routing_key: &str,
     orders: &[OrderId],
 ) -> sqlx::Result<HashSet<OrderId>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let ids: Vec<uuid::Uuid> = orders.iter().map(|order| order.0).collect();
+            let unsent = order_mysql::reconcile::unsent(conn, routing_key, &ids).await?;
+            return Ok(unsent.into_iter().map(OrderId).collect());
+        }
+    };
     let ids: Vec<String> = orders.iter().map(|order| order.0.to_string()).collect();
     let unsent = sqlx::query_scalar!(
         r#"SELECT DISTINCT (payload->'payload'->>'order_id')::uuid AS "order_id!"

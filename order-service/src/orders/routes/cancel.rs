@@ -40,7 +40,7 @@ pub async fn cancel(
 ) -> Result<Json<Order>, ApiError> {
     let order_id = OrderId(order_id);
     let mut tx = state.db.begin().await?;
-    let outcome = crate::orders::settle::cancel(&mut tx, order_id, caller.0, &trace).await?;
+    let outcome = crate::orders::settle::cancel(tx.conn(), order_id, caller.0, &trace).await?;
     tx.commit().await?;
     match outcome {
         Cancelled::Now(row, transition, events) => {

@@ -56,7 +56,7 @@ pub async fn confirm(
     Path(order_id): Path<Uuid>,
 ) -> Result<Json<Order>, ApiError> {
     let mut tx = state.db.begin().await?;
-    let outcome = confirm::confirm(&mut tx, OrderId(order_id), caller.0).await?;
+    let outcome = confirm::confirm(tx.conn(), OrderId(order_id), caller.0).await?;
     tx.commit().await?;
     match outcome {
         Confirmed::Now(row, transition) => {

@@ -16,11 +16,11 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use platform::messaging::consumer::Handled;
 use platform::messaging::outbox::NewOutboxRow;
+use platform::storage::Conn;
 use platform::telemetry::TraceContext;
 use shared::events::{Envelope, OrderCancelled, OrderEvent};
 use shared::ids::OrderId;
 use shared::keys;
-use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::queries::{self, SettlementWrite};
@@ -105,7 +105,7 @@ struct Order {
 /// consumer recorded one of the ids meanwhile, the write undoes itself and this returns
 /// [`SettleError::Raced`], for the caller to judge the batch again.
 pub async fn settle_all(
-    conn: &mut PgConnection,
+    mut conn: Conn<'_>,
     incoming: &[Incoming],
     window: PaymentWindow,
 ) -> Result<Settled, SettleError> {
@@ -116,7 +116,7 @@ pub async fn settle_all(
         .iter()
         .filter_map(|i| i.message.as_ref().map(|m| m.id))
         .collect();
-    let (rows, seen) = queries::read_for_settlement(conn, &order_ids, &ids).await?;
+    let (rows, seen) = queries::read_for_settlement(conn.reborrow(), &order_ids, &ids).await?;
     let mut orders = HashMap::new();
     for row in rows {
         let order = Order {

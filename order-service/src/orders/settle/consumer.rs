@@ -14,15 +14,15 @@ use std::sync::Arc;
 use platform::messaging::consumer::{ConsumeError, Handler, Message, Outcome};
 use platform::messaging::outbox::OutboxSignal;
 use platform::storage::postgres::planned_once::Shelf;
+use platform::storage::{Database, Session};
 use shared::events::{Envelope, InventoryEvent};
-use sqlx::PgPool;
 
 use crate::orders::payment::PaymentWindow;
 use crate::orders::settle::{self, Effect, Incoming, MessageKey, SettleError, Verdict};
 
 #[derive(Debug, Clone)]
 pub struct InventoryEvents {
-    pub db: PgPool,
+    pub db: Database,
     /// A verdict for a cancelled order writes a release request to the outbox.
     pub outbox: OutboxSignal,
     /// `ORDER_PAYMENT_WINDOW_SECS`: whether a reservation makes an order wait for its payment.
@@ -60,7 +60,7 @@ impl Handler for InventoryEvents {
 }
 
 impl InventoryEvents {
-    pub fn new(db: PgPool, outbox: OutboxSignal, window: PaymentWindow) -> Self {
+    pub fn new(db: Database, outbox: OutboxSignal, window: PaymentWindow) -> Self {
         Self {
             db,
             outbox,
@@ -75,23 +75,32 @@ impl InventoryEvents {
         if incoming.is_empty() {
             return Ok(Vec::new());
         }
-        let mut session = self.sessions.take();
+        let mut session = Session::kept(self.sessions.take());
         let settled =
             match settle::settle_all(session.get(&self.db).await?, incoming, self.window).await {
                 Ok(settled) => settled,
                 Err(SettleError::Raced) => {
-                    self.sessions.put_back(session, &self.db);
+                    self.put_back(session);
                     return Err(ConsumeError::Contention(SettleError::Raced.to_string()));
                 }
                 // A broken connection or a failover: the session is closed, not kept.
                 Err(SettleError::Database(error)) => return Err(error.into()),
             };
-        self.sessions.put_back(session, &self.db);
+        self.put_back(session);
         self.outbox.committed(settled.events);
         settled
             .transitions
             .into_iter()
             .for_each(settle::Transition::record);
         Ok(settled.handled.into_iter().map(Ok).collect())
+    }
+
+    /// Leaves a PostgreSQL session to the next batch (a MySQL connection goes back to the
+    /// pool).
+    fn put_back(&self, mut session: Session) {
+        session.end_batch(&self.db);
+        if let Database::Postgres(pool) = &self.db {
+            self.sessions.put_back(session.into_kept(), pool);
+        }
     }
 }

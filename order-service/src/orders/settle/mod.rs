@@ -4,10 +4,10 @@
 
 use chrono::Utc;
 use platform::messaging::outbox::NewOutboxRow;
+use platform::storage::Conn;
 use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
 use shared::ids::{OrderId, UserId};
-use sqlx::PgConnection;
 
 mod batch;
 pub mod consumer;
@@ -91,12 +91,13 @@ pub enum Cancelled {
 /// expires instead. A cancelled or expired order is returned unchanged. With an `owner`, only
 /// an order of theirs is found.
 pub async fn cancel(
-    conn: &mut PgConnection,
+    mut conn: Conn<'_>,
     order_id: OrderId,
     owner: Option<UserId>,
     trace: &TraceContext,
 ) -> sqlx::Result<Cancelled> {
-    let Some(row) = crate::orders::queries::find_owned_for_update(conn, order_id, owner).await?
+    let Some(row) =
+        crate::orders::queries::find_owned_for_update(conn.reborrow(), order_id, owner).await?
     else {
         return Ok(Cancelled::NotFound);
     };
@@ -106,7 +107,7 @@ pub async fn cancel(
     }
     if from == OrderStatus::AwaitingPayment {
         // The window closed first: the clock decided, whether or not the expiry ran yet.
-        let mut expired = expiry::expire(conn, Some((order_id, trace)), 1).await?;
+        let mut expired = expiry::expire(conn.reborrow(), Some((order_id, trace)), 1).await?;
         if let Some((row, transition)) = expired.orders.pop() {
             return Ok(Cancelled::Now(row, transition, expired.events));
         }
@@ -114,7 +115,8 @@ pub async fn cancel(
     if !from.can_become(OrderStatus::Cancelled) {
         return Ok(Cancelled::Rejected);
     }
-    let row = crate::orders::queries::set_status(conn, order_id, OrderStatus::Cancelled).await?;
+    let row = crate::orders::queries::set_status(conn.reborrow(), order_id, OrderStatus::Cancelled)
+        .await?;
     let events = request_releases(conn, [(order_id, trace.clone())]).await?;
     let transition = Transition::from_row(&row, from, OrderStatus::Cancelled);
     Ok(Cancelled::Now(row, transition, events))
@@ -125,7 +127,7 @@ pub async fn cancel(
 /// whether it was cancelled, expired, or its release is sent again. Returns the rows, for the
 /// relay once the caller committed.
 pub(crate) async fn request_releases(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     orders: impl IntoIterator<Item = (OrderId, TraceContext)>,
 ) -> sqlx::Result<Vec<NewOutboxRow>> {
     let rows = orders

@@ -1,10 +1,11 @@
-//! What settling a batch of verdicts reads and writes, one statement each. Checked against
-//! the migrations at build time (`sqlx::query!`, offline data in `.sqlx/`).
+//! What settling a batch of verdicts reads and writes, one statement each on PostgreSQL
+//! (checked against the migrations at build time, offline data in `.sqlx/`); on MySQL, the
+//! statements of `order_mysql::settle`.
 
 use chrono::{DateTime, Utc};
 use platform::messaging::outbox::{NewOutboxRow, OutboxColumns};
+use platform::storage::Conn;
 use shared::events::RejectionReason;
-use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::orders::OrderStatus;
@@ -23,10 +24,30 @@ pub struct SettlementRow {
 /// its message ids were recorded before. Nothing is locked: the write
 /// ([`write_settlement`]) checks that what it relied on still holds.
 pub async fn read_for_settlement(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     order_ids: &[Uuid],
     message_ids: &[Uuid],
 ) -> sqlx::Result<(Vec<SettlementRow>, Vec<Uuid>)> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let (rows, seen) =
+                order_mysql::settle::read_for_settlement(conn, order_ids, message_ids).await?;
+            let orders = rows
+                .into_iter()
+                .map(|row| {
+                    Ok(SettlementRow {
+                        order_id: row.order_id,
+                        status: OrderStatus::read(&row.status)
+                            .map_err(|e| crate::orders::queries::strict("status", e))?,
+                        released: row.released,
+                        created_at: row.created_at,
+                    })
+                })
+                .collect::<sqlx::Result<_>>()?;
+            return Ok((orders, seen));
+        }
+    };
     // One row at least (the left join), so the recorded ids come back with no order found.
     let rows = sqlx::query!(
         r#"SELECT s.seen AS "seen!", o.order_id AS "order_id?", o.status AS "status?",
@@ -78,10 +99,30 @@ pub struct SettlementWrite<'a> {
 /// batch read it or another consumer recorded one of the message ids meanwhile, nothing, with
 /// a serialization failure (40001): the caller judges the batch again on what it then reads.
 pub async fn write_settlement(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     write: &SettlementWrite<'_>,
     window: PaymentWindow,
 ) -> sqlx::Result<()> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let mysql = order_mysql::settle::SettlementWrite {
+                settled: write
+                    .settled
+                    .iter()
+                    .map(|(order_id, status, reason)| order_mysql::settle::Settled {
+                        order_id: *order_id,
+                        status: status.as_str(),
+                        reason: reason.map(RejectionReason::as_str),
+                    })
+                    .collect(),
+                released: write.released.clone(),
+                recorded: write.recorded.clone(),
+                outbox: write.outbox.iter().map(NewOutboxRow::as_mysql).collect(),
+            };
+            return order_mysql::settle::write_settlement(conn, &mysql, window.duration()).await;
+        }
+    };
     let ids: Vec<Uuid> = write.settled.iter().map(|s| s.0).collect();
     let statuses: Vec<&str> = write.settled.iter().map(|s| s.1.as_str()).collect();
     let reasons: Vec<Option<&str>> = write

@@ -45,7 +45,7 @@ async fn placed(app: &TestApp) -> String {
 /// Hands an `inventory.reserved` of `order_id` to a consumer handler on `app`'s database,
 /// settling with `window` as a service with that setting would.
 pub(crate) async fn reserve(app: &TestApp, order_id: &str, window: PaymentWindow) {
-    let handler = InventoryEvents::new(app.db.pool.clone(), OutboxSignal::default(), window);
+    let handler = InventoryEvents::new(app.db.pool.clone().into(), OutboxSignal::default(), window);
     let reserved = Envelope::new(InventoryEvent::Reserved(StockReserved {
         order_id: OrderId(order_id.parse().expect("uuid")),
         items: Vec::new(),
