@@ -3,7 +3,8 @@
 #
 #   scripts/run-local.sh
 #
-# 1. makes sure PostgreSQL, Redis and RabbitMQ answer on localhost, starting any that is
+# 1. makes sure the database (PostgreSQL, or MariaDB with DB=mariadb), Redis and RabbitMQ
+#    answer on localhost, starting any that is
 #    installed but stopped;
 # 2. builds both services in release mode;
 # 3. starts them in the background (logs in target/run-local/*.log) and waits until both are ready;
@@ -12,11 +13,14 @@
 # 6. waits; Ctrl-C (or SIGTERM) stops both services gracefully.
 #
 # Knobs (environment):
+#   DB               postgres (default) or mariadb: the backend both services run on
+#                    (docs/database-backends.md); it picks the database URLs' defaults below
 #   ADMIN_TOKEN      bearer token of the admin endpoints (default dev-admin-token)
 #   ORDER_ADDR       order-service listen address (default 127.0.0.1:8080)
 #   INVENTORY_ADDR   inventory-service listen address (default 127.0.0.1:8081)
 #   ORDER_DATABASE_URL, INVENTORY_DATABASE_URL
-#                    each service's own database (defaults .../orders and .../inventory); a plain
+#                    each service's own database (defaults postgres://postgres@127.0.0.1:5432/orders
+#                    and …/inventory, or mysql://root@127.0.0.1:3306/… with DB=mariadb); a plain
 #                    DATABASE_URL is deliberately not passed on, since the services must not share one
 #   REDIS_URL, AMQP_URL, RUST_LOG and the other variables of docs/configuration.md pass through.
 #   READY_TIMEOUT_SECS  how long to wait for /readyz (default 120: the first start creates the
@@ -28,8 +32,14 @@ cd "$(dirname "$0")/.."
 ADMIN_TOKEN="${ADMIN_TOKEN:-dev-admin-token}"
 ORDER_ADDR="${ORDER_ADDR:-127.0.0.1:8080}"
 INVENTORY_ADDR="${INVENTORY_ADDR:-127.0.0.1:8081}"
-ORDER_DATABASE_URL="${ORDER_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/orders}"
-INVENTORY_DATABASE_URL="${INVENTORY_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/inventory}"
+DB="${DB:-postgres}"
+case "$DB" in
+  postgres) database_server="postgres://postgres@127.0.0.1:5432" ;;
+  mariadb) database_server="mysql://root@127.0.0.1:3306" ;;
+  *) printf 'error: DB=%s: expected postgres or mariadb\n' "$DB" >&2; exit 1 ;;
+esac
+ORDER_DATABASE_URL="${ORDER_DATABASE_URL:-$database_server/orders}"
+INVENTORY_DATABASE_URL="${INVENTORY_DATABASE_URL:-$database_server/inventory}"
 READY_TIMEOUT_SECS="${READY_TIMEOUT_SECS:-120}"
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 LOG_DIR="target/run-local"
@@ -53,6 +63,13 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 postgres_up() {
   if command -v pg_isready >/dev/null; then pg_isready -h 127.0.0.1 -p 5432 -q; else port_open 5432; fi
 }
+mariadb_up() {
+  if command -v mariadb-admin >/dev/null; then
+    mariadb-admin -h 127.0.0.1 -P 3306 -u root ping >/dev/null 2>&1
+  else
+    port_open 3306
+  fi
+}
 redis_up() {
   if command -v redis-cli >/dev/null; then
     [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = PONG ]
@@ -68,6 +85,10 @@ start_postgres() {
   command -v pg_ctlcluster >/dev/null || return 1
   # The newest installed cluster version; Debian's layout is /etc/postgresql/<version>/main.
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start
+}
+start_mariadb() {
+  [ -x /usr/sbin/mariadbd ] || return 1
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
 }
 start_redis() {
   command -v redis-server >/dev/null || return 1
@@ -97,7 +118,11 @@ ensure_backing() { # name, probe, starter
 }
 
 log "backing services"
-ensure_backing PostgreSQL postgres_up start_postgres
+if [ "$DB" = mariadb ]; then
+  ensure_backing MariaDB mariadb_up start_mariadb
+else
+  ensure_backing PostgreSQL postgres_up start_postgres
+fi
 ensure_backing Redis redis_up start_redis
 ensure_backing RabbitMQ rabbitmq_up start_rabbitmq
 

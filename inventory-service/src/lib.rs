@@ -62,9 +62,9 @@ pub static MYSQL_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     migrator
 });
 
-/// Connects to PostgreSQL (creating and migrating the database) and prepares Redis (lazily:
-/// the service starts while Redis is down) and RabbitMQ (connected by the supervisor that
-/// [`serve`] runs); registers the metrics.
+/// Connects to the database, PostgreSQL or MySQL as `DATABASE_URL` names it (creating and
+/// migrating it), and prepares Redis (lazily: the service starts while Redis is down) and
+/// RabbitMQ (connected by the supervisor that [`serve`] runs); registers the metrics.
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     metrics::register();
     let Backing {
@@ -81,9 +81,6 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         },
     )
     .await?;
-    let db = db.postgres().cloned().context(
-        "inventory-service runs on PostgreSQL only so far: its MySQL statements are not wired in yet",
-    )?;
     let locker = lock::Locker::new(
         redis.clone(),
         RedisKeys::new(config.redis_key_prefix.clone()),
@@ -130,7 +127,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
     let messaging = Messaging {
-        db: state.db.clone().into(),
+        db: state.db.clone(),
         broker: state.broker.clone(),
         config: state.config.messaging.clone(),
         outbox: state.outbox.clone(),

@@ -8,9 +8,9 @@ use platform::http::health::Readiness;
 use platform::http::outbox_admin::OutboxDb;
 use platform::messaging::broker::Broker;
 use platform::messaging::outbox::OutboxSignal;
+use platform::storage::Database;
 use platform::storage::redis::RedisConnection;
 use platform::storage::redis::health::RedisHealth;
-use sqlx::PgPool;
 
 use crate::config::Config;
 use crate::deductions::Deductions;
@@ -19,7 +19,8 @@ use crate::stock::lock::Locker;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub db: PgPool,
+    /// PostgreSQL or MySQL, as `DATABASE_URL` names it.
+    pub db: Database,
     pub redis: RedisConnection,
     /// Whether Redis is known down; [`crate::serve`] runs its check.
     pub redis_health: RedisHealth,
@@ -59,7 +60,7 @@ impl FromRef<AppState> for AdminToken {
 impl FromRef<AppState> for OutboxDb {
     fn from_ref(state: &AppState) -> Self {
         Self {
-            db: state.db.clone().into(),
+            db: state.db.clone(),
             signal: state.outbox.clone(),
         }
     }

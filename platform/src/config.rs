@@ -102,6 +102,12 @@ pub fn database_urls(default: &str) -> anyhow::Result<Vec<String>> {
                 vec![one.unwrap_or_else(|| default.to_owned())],
             ),
         };
+    checked_database_urls(name, urls)
+}
+
+/// `urls`, read from the variable `name`: at least one, each valid for its backend, all of
+/// one backend (a PostgreSQL primary with a MySQL standby is no cluster).
+fn checked_database_urls(name: &str, urls: Vec<String>) -> anyhow::Result<Vec<String>> {
     if urls.is_empty() {
         bail!("environment variable {name} names no URL");
     }
@@ -218,6 +224,26 @@ mod tests {
             assert!(refusal.contains(says), "{bad}: {refusal}");
             assert!(!refusal.contains("secret"), "{refusal}");
         }
+    }
+
+    #[test]
+    fn database_urls_are_all_of_one_backend() {
+        let urls = |list: &[&str]| list.iter().map(|u| (*u).to_owned()).collect::<Vec<_>>();
+        let mixed = checked_database_urls(
+            "DATABASE_URLS",
+            urls(&["postgres://db-a/orders", "mysql://db-b/orders"]),
+        )
+        .expect_err("mixed");
+        assert!(
+            mixed.to_string().contains("mixes PostgreSQL and MySQL"),
+            "{mixed}"
+        );
+        let mysql = urls(&["mysql://db-a/orders", "mariadb://db-b/orders"]);
+        assert_eq!(
+            checked_database_urls("DATABASE_URLS", mysql.clone()).expect("one backend"),
+            mysql
+        );
+        assert!(checked_database_urls("DATABASE_URLS", Vec::new()).is_err());
     }
 
     #[test]

@@ -213,3 +213,20 @@ fn the_backend_is_told_by_the_scheme() {
     assert!(refusal.contains("sqlite://"), "{refusal}");
     assert!(!refusal.contains("secret"), "{refusal}");
 }
+
+#[tokio::test]
+async fn database_urls_lead_to_the_server_that_takes_writes() {
+    let db = TestMySqlDatabase::create("mysql_boot_urls", &ORDERS).await;
+    // Nothing listens on port 1: that server is down, as a failed primary is.
+    let down = format!("mysql://root@127.0.0.1:1/{}", db.name);
+    let urls = [down.clone(), db.url.clone()];
+    let pool = mysql::connect_and_migrate_any(&urls, &PoolSettings::default(), &ORDERS)
+        .await
+        .expect("the server that answers and takes writes");
+    assert_eq!(scalar_string(&pool, "SELECT DATABASE()").await, db.name);
+    let none =
+        mysql::connect_and_migrate_any(&[down.clone(), down], &PoolSettings::default(), &ORDERS)
+            .await
+            .expect_err("no server takes writes");
+    assert!(format!("{none:#}").contains("takes writes"), "{none:#}");
+}

@@ -23,8 +23,8 @@ use std::collections::HashMap;
 
 use anyhow::anyhow;
 use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
+use platform::storage::Conn;
 use shared::ids::ProductId;
-use sqlx::PgConnection;
 
 use super::error::DeductionError;
 use super::judge::{self, Candidate, Judged};
@@ -101,7 +101,7 @@ fn products_of(entries: &[Entry<'_>]) -> Vec<ProductId> {
 /// request in order and records the outcomes with the stock change. Every request must name
 /// the same products; a batch that mixes product sets is refused before anything is read.
 pub async fn apply_once(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     entries: &[Entry<'_>],
 ) -> Result<Vec<Verdict>, DeductionError> {
     let products = products_of(entries);
@@ -117,7 +117,7 @@ pub async fn apply_once(
 /// batch of ends alone reads nothing: a confirm touches no stock, and a cancel's give-back is
 /// an increment the statement counts itself.
 pub async fn apply_on(
-    conn: &mut PgConnection,
+    mut conn: Conn<'_>,
     products: &[ProductId],
     entries: &[Entry<'_>],
     ends: &[End<'_>],
@@ -151,7 +151,7 @@ pub async fn apply_on(
             let (sales, holds) = (ids_of(Kind::Sale), ids_of(Kind::Hold));
             read_now = true;
             (
-                queries::read(conn, products, &sales, &holds).await?,
+                queries::read(conn.reborrow(), products, &sales, &holds).await?,
                 Vec::new(),
             )
         }

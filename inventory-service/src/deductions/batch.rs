@@ -16,9 +16,8 @@
 
 use std::collections::HashMap;
 
-use platform::storage::postgres::planned_once::Kept;
+use platform::storage::{Database, Session};
 use shared::ids::ProductId;
-use sqlx::PgPool;
 
 use super::attempt::{self, Attempted, End, Entry, Remembered};
 use super::error::DeductionError;
@@ -43,7 +42,7 @@ pub(super) struct Ran {
 /// Applies `batch` (every request for `products`) and its `ends`, and answers each; also
 /// returns the stock it left, for the next batch of the same products to start from.
 pub(super) async fn run(
-    (db, session): (&PgPool, &mut Kept),
+    (db, session): (&Database, &mut Session),
     locker: &Locker,
     counters: &Counters,
     products: &[ProductId],
@@ -116,7 +115,7 @@ pub(super) async fn run(
 
 /// One attempt under the batch's locks, taken for it and released after it.
 async fn attempt_under_locks(
-    (db, session): (&PgPool, &mut Kept),
+    (db, session): (&Database, &mut Session),
     locker: &Locker,
     products: &[ProductId],
     batch: (&[Entry<'_>], &[End<'_>]),
@@ -137,16 +136,16 @@ async fn attempt_under_locks(
 
 async fn apply_under(
     locks: &Locks,
-    (db, session): (&PgPool, &mut Kept),
+    (db, session): (&Database, &mut Session),
     products: &[ProductId],
     (entries, ends): (&[Entry<'_>], &[End<'_>]),
     remembered: Option<Remembered>,
 ) -> Result<Attempted, AttemptError> {
     // A lock that expired while its holder was paused: give it up before writing anything.
     locks.ensure_held()?;
-    let conn = session.get(db).await?;
+    let mut conn = session.get(db).await?;
     if remembered.is_some() {
-        match attempt::apply_on(conn, products, entries, ends, remembered).await {
+        match attempt::apply_on(conn.reborrow(), products, entries, ends, remembered).await {
             // The memory was stale (another writer, a restock), or an id of the batch was
             // stored before it: nothing was written; read, still under the same locks.
             Err(DeductionError::Database(error))

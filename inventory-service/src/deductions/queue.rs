@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::anyhow;
 use platform::storage::postgres::planned_once::Shelf;
+use platform::storage::{Database, Session};
 use shared::ids::ProductId;
-use sqlx::PgPool;
 use tokio::sync::oneshot;
 
 use super::attempt::Attempted;
@@ -107,7 +107,7 @@ pub struct Deductions {
 }
 
 struct Inner {
-    db: PgPool,
+    db: Database,
     locker: Locker,
     /// A key is present exactly while a leader serves it.
     queues: Mutex<HashMap<Vec<ProductId>, VecDeque<Queued>>>,
@@ -133,7 +133,7 @@ impl std::fmt::Debug for Deductions {
 }
 
 impl Deductions {
-    pub fn new(db: PgPool, locker: Locker) -> Self {
+    pub fn new(db: Database, locker: Locker) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -223,7 +223,7 @@ impl Deductions {
         // The stock this leader's last batch left: the next one is judged against it without
         // reading (one round trip instead of two), its write checking that nothing moved.
         let mut remembered = None;
-        let mut session = self.inner.sessions.take();
+        let mut session = Session::kept(self.inner.sessions.take());
         loop {
             let (mut batch, mut ends) = (Vec::new(), Vec::new());
             {
@@ -232,7 +232,11 @@ impl Deductions {
                     queues.remove(&key);
                     drop(queues);
                     leading.armed = false;
-                    self.inner.sessions.put_back(session, &self.inner.db);
+                    // A PostgreSQL session goes back on the shelf for the next leader; MySQL
+                    // keeps none (its connection went back to the pool after the last batch).
+                    if let Database::Postgres(pool) = &self.inner.db {
+                        self.inner.sessions.put_back(session.into_kept(), pool);
+                    }
                     return;
                 };
                 let size = queue.len().min(MAX_BATCH);

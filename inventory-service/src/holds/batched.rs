@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use platform::storage::Database;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::end::HoldError;
@@ -60,7 +60,7 @@ impl std::fmt::Debug for Waiter {
 
 impl Ends {
     /// Starts the workers; they stop once every clone of the returned value is dropped.
-    pub fn spawn(db: &PgPool) -> Self {
+    pub fn spawn(db: &Database) -> Self {
         Self {
             confirm: queue(db, Step::Confirm),
             cancel: queue(db, Step::Cancel),
@@ -89,7 +89,7 @@ impl Ends {
     }
 }
 
-fn queue(db: &PgPool, step: Step) -> mpsc::UnboundedSender<Waiter> {
+fn queue(db: &Database, step: Step) -> mpsc::UnboundedSender<Waiter> {
     let (sender, receiver) = mpsc::unbounded_channel();
     let receiver = Arc::new(Mutex::new(receiver));
     for _ in 0..WORKERS {
@@ -98,7 +98,7 @@ fn queue(db: &PgPool, step: Step) -> mpsc::UnboundedSender<Waiter> {
     sender
 }
 
-async fn work(db: PgPool, step: Step, receiver: Arc<Mutex<mpsc::UnboundedReceiver<Waiter>>>) {
+async fn work(db: Database, step: Step, receiver: Arc<Mutex<mpsc::UnboundedReceiver<Waiter>>>) {
     loop {
         let batch = {
             let mut receiver = receiver.lock().await;
@@ -118,7 +118,7 @@ async fn work(db: PgPool, step: Step, receiver: Arc<Mutex<mpsc::UnboundedReceive
     }
 }
 
-async fn answer(db: &PgPool, step: Step, batch: Vec<Waiter>) {
+async fn answer(db: &Database, step: Step, batch: Vec<Waiter>) {
     let mut ids: Vec<&str> = batch.iter().map(|w| w.hold_id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -159,13 +159,13 @@ async fn answer(db: &PgPool, step: Step, batch: Vec<Waiter>) {
 }
 
 /// The batch's statement, again after a lost race (nothing was written then).
-async fn decide(db: &PgPool, step: Step, ids: &[&str]) -> sqlx::Result<Vec<HoldRow>> {
+async fn decide(db: &Database, step: Step, ids: &[&str]) -> sqlx::Result<Vec<HoldRow>> {
     let mut attempt = 1;
     loop {
         let mut conn = db.acquire().await?;
         let decided = match step {
-            Step::Confirm => queries::confirm_all(&mut conn, ids).await,
-            Step::Cancel => queries::cancel_all(&mut conn, ids).await,
+            Step::Confirm => queries::confirm_all(conn.conn(), ids).await,
+            Step::Cancel => queries::cancel_all(conn.conn(), ids).await,
         };
         match decided {
             Err(error)

@@ -4,8 +4,8 @@
 //! statement decides; this only words it.
 
 use chrono::{DateTime, Utc};
+use platform::storage::Database;
 use shared::events::LineItem;
-use sqlx::PgPool;
 
 use super::batched::{Ends, Step};
 use super::queries::{self, HoldRow};
@@ -42,8 +42,8 @@ pub enum HoldError {
 const ATTEMPTS: usize = 3;
 
 /// `GET /holds/{hold_id}`.
-pub async fn find(db: &PgPool, hold_id: &str) -> Result<Hold, HoldError> {
-    let row = queries::find(&mut *db.acquire().await?, hold_id).await?;
+pub async fn find(db: &Database, hold_id: &str) -> Result<Hold, HoldError> {
+    let row = queries::find(db.acquire().await?.conn(), hold_id).await?;
     row.as_ref()
         .and_then(|row| shown(row).transpose())
         .transpose()?

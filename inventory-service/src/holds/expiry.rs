@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use platform::messaging::background::keep_running;
-use sqlx::PgPool;
+use platform::storage::Database;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -37,14 +37,14 @@ pub struct Schedule {
 }
 
 /// Runs the sweep on `tasks` until `shutdown`.
-pub fn spawn(tasks: &TaskTracker, db: &PgPool, schedule: Schedule, shutdown: &CancellationToken) {
+pub fn spawn(tasks: &TaskTracker, db: &Database, schedule: Schedule, shutdown: &CancellationToken) {
     let (db, stop) = (db.clone(), shutdown.clone());
     tasks.spawn(keep_running("hold expiry", shutdown.clone(), move || {
         run(db.clone(), schedule, stop.clone())
     }));
 }
 
-async fn run(db: PgPool, schedule: Schedule, shutdown: CancellationToken) {
+async fn run(db: Database, schedule: Schedule, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(schedule.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut retention = tokio::time::interval(RETENTION_EVERY);
@@ -69,14 +69,14 @@ async fn run(db: PgPool, schedule: Schedule, shutdown: CancellationToken) {
 /// Deletes the finished holds and tombstones older than `keep` (raised to [`MIN_KEPT`]), a
 /// batch at a time.
 pub async fn delete_finished(
-    db: &PgPool,
+    db: &Database,
     keep: Duration,
     shutdown: &CancellationToken,
 ) -> sqlx::Result<()> {
     let keep_secs = keep.max(MIN_KEPT).as_secs_f64();
     let mut conn = db.acquire().await?;
     while !shutdown.is_cancelled() {
-        if queries::delete_finished(&mut conn, keep_secs, BATCH).await? < BATCH.unsigned_abs() {
+        if queries::delete_finished(conn.conn(), keep_secs, BATCH).await? < BATCH.unsigned_abs() {
             break;
         }
     }
@@ -84,11 +84,11 @@ pub async fn delete_finished(
 }
 
 /// Expires every hold due now, in batches; returns how many this call expired.
-pub async fn sweep(db: &PgPool) -> sqlx::Result<i64> {
+pub async fn sweep(db: &Database) -> sqlx::Result<i64> {
     let mut conn = db.acquire().await?;
     let mut total = 0;
     loop {
-        let swept = queries::expire_due(&mut conn, BATCH).await?;
+        let swept = queries::expire_due(conn.conn(), BATCH).await?;
         total += swept.expired;
         metrics::hold_transitions(HoldState::Expired, swept.expired.unsigned_abs());
         if swept.expired < BATCH {

@@ -6,10 +6,14 @@
 //! whether a deadline has passed, the same clock for every instance. (A hold's try is written
 //! by the group commit of `POST /deductions`: `crate::deductions::queries::record`.)
 //!
-//! Every statement is checked against the migrations at build time (`sqlx::query!`).
+//! Every statement is checked against the migrations at build time (`sqlx::query!`). On
+//! MySQL, the statements of `inventory_mysql::holds`: several per call, in one transaction
+//! opened and committed here (a savepoint inside the caller's), so each call is still all or
+//! nothing and decides a hold once.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use platform::storage::Conn;
+use sqlx::{Acquire, MySqlConnection};
 
 /// A hold as its row keeps it, with whether the database's clock has reached its deadline.
 #[derive(Debug, Clone)]
@@ -26,8 +30,46 @@ pub struct HoldRow {
     pub changed: bool,
 }
 
+impl From<inventory_mysql::holds::HoldRow> for HoldRow {
+    fn from(row: inventory_mysql::holds::HoldRow) -> Self {
+        Self {
+            hold_id: row.hold_id,
+            items: row.items,
+            state: row.state,
+            expires_at: row.expires_at,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            due: row.due,
+            changed: row.changed,
+        }
+    }
+}
+
+/// The holds a MySQL end of `ids` left, in one transaction of its statements.
+async fn ended_on_mysql(
+    conn: &mut MySqlConnection,
+    ids: &[&str],
+    confirm: bool,
+) -> sqlx::Result<Vec<HoldRow>> {
+    let mut tx = conn.begin().await?;
+    let rows = if confirm {
+        inventory_mysql::holds::confirm_all(&mut tx, ids).await?
+    } else {
+        inventory_mysql::holds::cancel_all(&mut tx, ids).await?
+    };
+    tx.commit().await?;
+    Ok(rows.into_iter().map(HoldRow::from).collect())
+}
+
 /// The hold `hold_id`, or `None` when no try and no cancel of it was ever recorded.
-pub async fn find(conn: &mut PgConnection, hold_id: &str) -> sqlx::Result<Option<HoldRow>> {
+pub async fn find(conn: Conn<'_>, hold_id: &str) -> sqlx::Result<Option<HoldRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let row = inventory_mysql::holds::find(conn, hold_id).await?;
+            return Ok(row.map(HoldRow::from));
+        }
+    };
     sqlx::query_as!(
         HoldRow,
         r#"SELECT hold_id, items, state, expires_at, created_at, updated_at,
@@ -44,7 +86,11 @@ pub async fn find(conn: &mut PgConnection, hold_id: &str) -> sqlx::Result<Option
 /// every hold of `ids` that exists, as the statement left it (`changed` for those it
 /// confirmed). The holds are locked in ascending id first, so two batches never wait on each
 /// other in a cycle; the expiry skips the holds locked here, and waits for none.
-pub async fn confirm_all(conn: &mut PgConnection, ids: &[&str]) -> sqlx::Result<Vec<HoldRow>> {
+pub async fn confirm_all(conn: Conn<'_>, ids: &[&str]) -> sqlx::Result<Vec<HoldRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => return ended_on_mysql(conn, ids, true).await,
+    };
     sqlx::query_as!(
         HoldRow,
         r#"WITH locked AS MATERIALIZED (
@@ -78,7 +124,11 @@ pub async fn confirm_all(conn: &mut PgConnection, ids: &[&str]) -> sqlx::Result<
 /// (`CANCELLED`, no items) for each id never tried, so a late try holds nothing. Returns every
 /// hold of `ids` as the statement left it. An id missing from the answer had a try commit
 /// while the statement ran: the caller runs it again.
-pub async fn cancel_all(conn: &mut PgConnection, ids: &[&str]) -> sqlx::Result<Vec<HoldRow>> {
+pub async fn cancel_all(conn: Conn<'_>, ids: &[&str]) -> sqlx::Result<Vec<HoldRow>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => return ended_on_mysql(conn, ids, false).await,
+    };
     sqlx::query_as!(
         HoldRow,
         r#"WITH locked AS MATERIALIZED (
@@ -132,7 +182,19 @@ pub struct Swept {
 /// another sweep, confirm or cancel holds right now (several instances sweep at once, each
 /// taking its own), and gives their units back to stock (`give_back_held`, one update per
 /// product).
-pub async fn expire_due(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Swept> {
+pub async fn expire_due(conn: Conn<'_>, limit: i64) -> sqlx::Result<Swept> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let mut tx = conn.begin().await?;
+            let swept = inventory_mysql::holds::expire_due(&mut tx, limit).await?;
+            tx.commit().await?;
+            return Ok(Swept {
+                expired: swept.expired,
+                overdue: swept.overdue,
+            });
+        }
+    };
     let row = sqlx::query!(
         r#"WITH due AS (
                SELECT hold_id FROM holds
@@ -161,11 +223,14 @@ pub async fn expire_due(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Swe
 
 /// Deletes up to `limit` finished holds (and tombstones) last changed more than `keep_secs`
 /// ago; returns how many. A finished hold has no units left in `held_units`.
-pub async fn delete_finished(
-    conn: &mut PgConnection,
-    keep_secs: f64,
-    limit: i64,
-) -> sqlx::Result<u64> {
+pub async fn delete_finished(conn: Conn<'_>, keep_secs: f64, limit: i64) -> sqlx::Result<u64> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let keep = std::time::Duration::from_secs_f64(keep_secs);
+            return inventory_mysql::holds::delete_finished(conn, keep, limit).await;
+        }
+    };
     let done = sqlx::query!(
         "DELETE FROM holds WHERE hold_id IN (
              SELECT hold_id FROM holds

@@ -1,10 +1,13 @@
 //! The `products` table: create, read, list, restock. A product's `held` is the sum of its
 //! rows in `held_units` (the units of its `HELD` holds: the function `held_of`), read with it. Every statement is
-//! checked against the migrations at build time (`sqlx::query!`, offline data in `.sqlx/`).
+//! checked against the migrations at build time (`sqlx::query!`, offline data in `.sqlx/`);
+//! on MySQL, the statements of `inventory_mysql::products` (each function holds both, one
+//! `match` on the connection at its top).
 
 use chrono::{DateTime, Utc};
+use platform::storage::Conn;
 use shared::ids::ProductId;
-use sqlx::PgConnection;
+use sqlx::Acquire;
 
 use super::product::{NewProduct, Product, RestockQuantity};
 
@@ -31,11 +34,38 @@ impl From<ProductRow> for Product {
     }
 }
 
-/// Creates the product; `None` when a product with that id exists already.
-pub async fn insert(
-    conn: &mut PgConnection,
-    product: &NewProduct,
-) -> sqlx::Result<Option<Product>> {
+impl From<inventory_mysql::products::ProductRow> for Product {
+    fn from(row: inventory_mysql::products::ProductRow) -> Self {
+        Self {
+            product_id: ProductId(row.product_id),
+            name: row.name,
+            stock: row.stock,
+            held: row.held,
+            version: row.version,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+/// Creates the product; `None` when a product with that id exists already (on MySQL, the
+/// duplicate of its primary key, `PRIMARY` there, is that answer).
+pub async fn insert(conn: Conn<'_>, product: &NewProduct) -> sqlx::Result<Option<Product>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            // The row is read back after the insert: the transaction keeps it as inserted.
+            let mut tx = conn.begin().await?;
+            let row = inventory_mysql::products::insert(
+                &mut tx,
+                product.product_id.0,
+                &product.name,
+                product.stock,
+            )
+            .await?;
+            tx.commit().await?;
+            return Ok(row.map(Product::from));
+        }
+    };
     let row = sqlx::query_as!(
         ProductRow,
         r#"INSERT INTO products (product_id, name, stock) VALUES ($1, $2, $3)
@@ -50,7 +80,14 @@ pub async fn insert(
     Ok(row.map(Product::from))
 }
 
-pub async fn find(conn: &mut PgConnection, product: ProductId) -> sqlx::Result<Option<Product>> {
+pub async fn find(conn: Conn<'_>, product: ProductId) -> sqlx::Result<Option<Product>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let row = inventory_mysql::products::find(conn, product.0).await?;
+            return Ok(row.map(Product::from));
+        }
+    };
     let row = sqlx::query_as!(
         ProductRow,
         r#"SELECT product_id, name, stock, version, updated_at,
@@ -65,10 +102,17 @@ pub async fn find(conn: &mut PgConnection, product: ProductId) -> sqlx::Result<O
 
 /// Up to `limit` products with an id above `after`, in ascending product id.
 pub async fn list(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     after: Option<ProductId>,
     limit: i64,
 ) -> sqlx::Result<Vec<Product>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let rows = inventory_mysql::products::list(conn, after.map(|p| p.0), limit).await?;
+            return Ok(rows.into_iter().map(Product::from).collect());
+        }
+    };
     let rows = sqlx::query_as!(
         ProductRow,
         r#"SELECT product_id, name, stock, version, updated_at,
@@ -88,10 +132,22 @@ pub async fn list(
 /// A plain increment needs no lock: it cannot oversell, and the version bump makes any
 /// deduction that read the row before it re-read and retry.
 pub async fn add_stock(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     product: ProductId,
     quantity: RestockQuantity,
 ) -> sqlx::Result<Option<Product>> {
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            // The row is read back after the update, under its lock: inside the caller's
+            // transaction when there is one (a savepoint then), else one of its own.
+            let mut tx = conn.begin().await?;
+            let row =
+                inventory_mysql::products::add_stock(&mut tx, product.0, quantity.get()).await?;
+            tx.commit().await?;
+            return Ok(row.map(Product::from));
+        }
+    };
     let row = sqlx::query_as!(
         ProductRow,
         r#"UPDATE products AS p SET stock = stock + $2, version = version + 1, updated_at = now()

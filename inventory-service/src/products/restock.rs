@@ -27,24 +27,24 @@ pub struct Restock {
 pub async fn apply(state: &AppState, restock: &Restock) -> Result<StoredResponse, ApiError> {
     let key = restock.key.as_ref().map(IdempotencyKey::as_str);
     if let Some(key) = key {
-        let stored = restock_queries::find_by_key(&mut *state.db.acquire().await?, key).await?;
+        let stored = restock_queries::find_by_key(state.db.acquire().await?.conn(), key).await?;
         if let Some(stored) = stored {
             return replay(stored, restock);
         }
     }
     let mut tx = state.db.begin().await?;
-    let product = queries::add_stock(&mut tx, restock.product_id, restock.quantity)
+    let product = queries::add_stock(tx.conn(), restock.product_id, restock.quantity)
         .await?
         .ok_or_else(|| {
             ApiError::NotFound(format!("product {} does not exist", restock.product_id))
         })?;
     let body = serde_json::to_vec(&product).context("serialising a product")?;
     let quantity = restock.quantity.get();
-    if !restock_queries::insert(&mut tx, restock.product_id, quantity, key, &body).await? {
+    if !restock_queries::insert(tx.conn(), restock.product_id, quantity, key, &body).await? {
         // A concurrent first request with the same key committed first: ours adds nothing.
         tx.rollback().await?;
         let stored =
-            restock_queries::find_by_key(&mut *state.db.acquire().await?, key.unwrap_or_default())
+            restock_queries::find_by_key(state.db.acquire().await?.conn(), key.unwrap_or_default())
                 .await?
                 .ok_or_else(|| anyhow!("a restock key conflicted but its row is missing"))?;
         return replay(stored, restock);

@@ -73,7 +73,7 @@ pub async fn create(
     Json(body): Json<CreateProduct>,
 ) -> Result<impl IntoResponse, ApiError> {
     let product = NewProduct::parse(body.product_id, &body.name, body.stock)?;
-    let created = queries::insert(&mut *state.db.acquire().await?, &product)
+    let created = queries::insert(state.db.acquire().await?.conn(), &product)
         .await?
         .ok_or(ApiError::ProductExists(product.product_id))?;
     let location = HeaderValue::try_from(format!("/products/{}", created.product_id))
@@ -97,7 +97,7 @@ pub async fn get(
     Path(product_id): Path<i64>,
 ) -> Result<Json<Product>, ApiError> {
     let product_id = existing_id(product_id)?;
-    queries::find(&mut *state.db.acquire().await?, product_id)
+    queries::find(state.db.acquire().await?.conn(), product_id)
         .await?
         .map(Json)
         .ok_or_else(|| not_found(product_id))
@@ -118,7 +118,7 @@ pub async fn list(
 ) -> Result<Json<Page<Product>>, ApiError> {
     let limit = pagination::limit(query.limit.as_deref()).map_err(|p| Invalid::new(p.detail))?;
     let after = query.after.as_deref().map(parse_cursor).transpose()?;
-    let rows = queries::list(&mut *state.db.acquire().await?, after, limit + 1).await?;
+    let rows = queries::list(state.db.acquire().await?.conn(), after, limit + 1).await?;
     Ok(Json(Page::from_rows(rows, limit, |p| {
         p.product_id.to_string()
     })))

@@ -19,11 +19,11 @@ use std::collections::{HashMap, HashSet};
 
 use platform::messaging::consumer::Handled;
 use platform::messaging::outbox::NewOutboxRow;
+use platform::storage::Conn;
 use platform::telemetry::TraceContext;
 use shared::events::{OrderCancelled, OrderCreated};
 use shared::ids::{OrderId, ProductId};
 use shared::keys;
-use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::judge::{self, Judged, Known};
@@ -84,10 +84,7 @@ pub struct Judgement {
 /// Reads what `works` need in one statement and judges them in arrival order; nothing is
 /// written yet ([`Judgement::write`]). A work whose product row another transaction holds
 /// waits for a later batch, with every later event of its order.
-pub async fn read_and_judge(
-    conn: &mut PgConnection,
-    works: &[Work],
-) -> Result<Judgement, BatchError> {
+pub async fn read_and_judge(conn: Conn<'_>, works: &[Work]) -> Result<Judgement, BatchError> {
     let order_ids: Vec<Uuid> = works.iter().map(|w| w.event.order_id().0).collect();
     let ids: Vec<Uuid> = works.iter().map(|w| w.message_id).collect();
     let cancelled: Vec<Uuid> = works
@@ -125,7 +122,7 @@ impl Judgement {
     /// per work (`None` for one that waits), and the outbox rows to hand to the relay.
     pub async fn write(
         self,
-        conn: &mut PgConnection,
+        conn: Conn<'_>,
     ) -> Result<(Vec<Option<Handled>>, Vec<NewOutboxRow>), BatchError> {
         let Judged {
             stock,

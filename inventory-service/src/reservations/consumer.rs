@@ -21,6 +21,7 @@ use std::sync::Arc;
 use platform::messaging::consumer::{ConsumeError, Handled, Handler, Message, Outcome};
 use platform::messaging::outbox::OutboxSignal;
 use platform::storage::postgres::planned_once::Shelf;
+use platform::storage::{Database, Session};
 use shared::events::{Envelope, LineItem, OrderEvent};
 use shared::ids::ProductId;
 
@@ -29,7 +30,7 @@ use crate::stock::lock::{Locker, Locks};
 
 #[derive(Debug, Clone)]
 pub struct OrderEvents {
-    pub db: sqlx::PgPool,
+    pub db: Database,
     pub locker: Locker,
     pub outbox: OutboxSignal,
     /// The sessions batches leave to the next ones (one per channel, as many as the pool
@@ -84,7 +85,7 @@ impl From<BatchError> for ConsumeError {
 }
 
 impl OrderEvents {
-    pub fn new(db: sqlx::PgPool, locker: Locker, outbox: OutboxSignal) -> Self {
+    pub fn new(db: Database, locker: Locker, outbox: OutboxSignal) -> Self {
         Self {
             db,
             locker,
@@ -143,21 +144,30 @@ impl OrderEvents {
         if ready.is_empty() {
             return Ok(Vec::new());
         }
-        let mut session = self.sessions.take();
-        let conn = session.get(&self.db).await?;
-        let judgement = apply::read_and_judge(conn, ready).await?;
+        let mut session = Session::kept(self.sessions.take());
+        let mut conn = session.get(&self.db).await?;
+        let judgement = apply::read_and_judge(conn.reborrow(), ready).await?;
         // A holder whose lock expired or was taken must not write.
         if let Err(lost) = locks.ensure_held() {
-            self.sessions.put_back(session, &self.db);
+            self.put_back(session);
             return Err(ConsumeError::Contention(lost.to_string()));
         }
         let written = judgement.write(conn).await;
         if matches!(written, Ok(_) | Err(BatchError::Contended(_))) {
             // Otherwise a broken connection or a failover: the session is closed, not kept.
-            self.sessions.put_back(session, &self.db);
+            self.put_back(session);
         }
         let (handled, events) = written?;
         self.outbox.committed(events);
         Ok(handled)
+    }
+
+    /// Leaves a PostgreSQL session to the next batch (a MySQL connection goes back to the
+    /// pool).
+    fn put_back(&self, mut session: Session) {
+        session.end_batch(&self.db);
+        if let Database::Postgres(pool) = &self.db {
+            self.sessions.put_back(session.into_kept(), pool);
+        }
     }
 }

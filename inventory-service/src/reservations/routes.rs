@@ -55,7 +55,7 @@ pub async fn get(
         return Ok(platform::http::admin::unauthorized());
     }
     let order_id = OrderId(order_id);
-    let reservation = queries::find(&mut *state.db.acquire().await?, order_id)
+    let reservation = queries::find(state.db.acquire().await?.conn(), order_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no event of order {order_id} was ever seen")))?;
     Ok(Json(ReservationView {

@@ -40,3 +40,32 @@ pub struct Change {
     /// version bump makes a concurrent deduction re-read and retry).
     pub version: Option<i64>,
 }
+
+/// The same stock row as MySQL's statements take and return it.
+impl From<StockRow> for inventory_mysql::StockRow {
+    fn from(row: StockRow) -> Self {
+        Self {
+            stock: row.stock,
+            version: row.version,
+        }
+    }
+}
+
+impl From<inventory_mysql::StockRow> for StockRow {
+    fn from(row: inventory_mysql::StockRow) -> Self {
+        Self {
+            stock: row.stock,
+            version: row.version,
+        }
+    }
+}
+
+impl From<Change> for inventory_mysql::Change {
+    fn from(change: Change) -> Self {
+        Self {
+            product_id: change.product_id.0,
+            delta: change.delta,
+            version: change.version,
+        }
+    }
+}

@@ -45,7 +45,11 @@ async fn setup(products: &[(i64, i64)]) -> Setup {
     testkit::init_logs();
     let db = database_with_products("batch", products).await;
     let prefix = redis_prefix();
-    let handler = OrderEvents::new(db.pool.clone(), locker(&prefix), OutboxSignal::default());
+    let handler = OrderEvents::new(
+        db.pool.clone().into(),
+        locker(&prefix),
+        OutboxSignal::default(),
+    );
     Setup {
         db,
         handler,

@@ -6,6 +6,7 @@ use std::time::Duration;
 use inventory_service::products::product::NewProduct;
 use inventory_service::stock::lock::{LockError, LockOptions};
 use inventory_service::{products, reservations, stock};
+use platform::storage::Conn;
 use shared::ids::ProductId;
 
 use crate::helpers::{TestApp, assert_exactly_fifty_applied, patient, stampede};
@@ -52,7 +53,7 @@ async fn deduct_one(
         }],
         ..Default::default()
     };
-    reservations::queries::write_batch(conn, &write).await
+    reservations::queries::write_batch(Conn::from(conn), &write).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +61,7 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
     let app = TestApp::spawn().await;
     let product = ProductId(1);
     products::queries::insert(
-        &mut app.db.acquire().await.expect("a connection"),
+        Conn::from(&mut *app.db.acquire().await.expect("a connection")),
         &NewProduct::parse(1, "Last unit", 1).expect("valid"),
     )
     .await

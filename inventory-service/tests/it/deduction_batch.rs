@@ -11,6 +11,7 @@ use inventory_service::deductions::request::{
     DeductionId, DeductionRequest, DeductionStatus, Items,
 };
 use inventory_service::stock::queries::StockRow;
+use platform::storage::Conn;
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
 use sqlx::PgPool;
@@ -67,7 +68,7 @@ async fn apply(
 ) -> Result<Vec<Verdict>, DeductionError> {
     let entries = entries(requests);
     let mut conn = pool.acquire().await.expect("a connection");
-    attempt::apply_once(&mut conn, &entries).await
+    attempt::apply_once(Conn::from(&mut *conn), &entries).await
 }
 
 /// The outcome a verdict carries, in short: status, reason and response status, with what
@@ -397,7 +398,7 @@ async fn apply_remembered(
         .map(|(request, _)| request.items.product_ids())
         .unwrap_or_default();
     let mut conn = pool.acquire().await.expect("a connection");
-    attempt::apply_on(&mut conn, &products, &entries, &[], Some(rows)).await
+    attempt::apply_on(Conn::from(&mut *conn), &products, &entries, &[], Some(rows)).await
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
     let mut state = inventory_service::build_state(config).await.expect("state");
     // One connection, which the test holds: every request must wait for the acquire timeout.
     let (pool, held) = testkit::saturated_pool(&database.url).await;
-    state.db = pool;
+    state.db = pool.into();
     let app = inventory_service::build_app(state);
     let get = |uri: &str| Request::get(uri).body(Body::empty()).expect("request");
     for uri in [

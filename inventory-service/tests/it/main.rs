@@ -1,5 +1,5 @@
-//! The one integration-test binary: real PostgreSQL, Redis and RabbitMQ, each test isolated
-//! by its own database, Redis key prefix and AMQP vhost.
+//! The one integration-test binary: real PostgreSQL (MariaDB for [`mysql`]), Redis and
+//! RabbitMQ, each test isolated by its own database, Redis key prefix and AMQP vhost.
 
 mod auth;
 mod batch;
@@ -14,6 +14,7 @@ mod helpers;
 mod holds;
 mod liveness;
 mod lock;
+mod mysql;
 mod openapi;
 mod operations;
 mod products;

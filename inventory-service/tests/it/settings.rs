@@ -40,7 +40,8 @@ async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s_and_pl
         ..Config::default()
     };
     let state = inventory_service::build_state(config).await.expect("state");
-    let setting = |name| testkit::session_setting(&state.db, name);
+    let pool = state.db.postgres().expect("PostgreSQL").clone();
+    let setting = |name| testkit::session_setting(&pool, name);
     assert_eq!(setting("idle_in_transaction_session_timeout").await, "30s");
     assert_eq!(setting("plan_cache_mode").await, "force_custom_plan");
 }

@@ -112,6 +112,14 @@ impl Tx {
             Self::MySql(tx) => tx.commit().await,
         }
     }
+
+    /// Undoes the transaction now (dropped, it is undone when its connection is next used).
+    pub async fn rollback(self) -> sqlx::Result<()> {
+        match self {
+            Self::Postgres(tx) => tx.rollback().await,
+            Self::MySql(tx) => tx.rollback().await,
+        }
+    }
 }
 
 /// A connection taken from the pool, back to it when dropped.

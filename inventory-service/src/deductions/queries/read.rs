@@ -1,8 +1,8 @@
 //! [`read`]: what a batch is judged against, in one round trip.
 
+use platform::storage::Conn;
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
-use sqlx::PgConnection;
 
 use super::{Read, Stored, StoredDeduction};
 use crate::deductions::request::{DeductionStatus, Kind};
@@ -26,12 +26,20 @@ struct ReadRow {
 /// The stock of `products` and the stored outcomes of `deductions` and `holds`, in one round
 /// trip. A snapshot, not a lock: [`record`] writes only if the stock read is still there.
 pub async fn read(
-    conn: &mut PgConnection,
+    conn: Conn<'_>,
     products: &[ProductId],
     deductions: &[&str],
     holds: &[&str],
 ) -> sqlx::Result<Read> {
     let products: Vec<i64> = products.iter().map(|p| p.0).collect();
+    let conn = match conn {
+        Conn::Postgres(conn) => conn,
+        Conn::MySql(conn) => {
+            let read =
+                inventory_mysql::deductions::read(conn, &products, deductions, holds).await?;
+            return read_rows(mysql_rows(read));
+        }
+    };
     // Three kinds of row in one statement: a round trip less for every batch. A hold's try
     // that held something is APPLIED here, whatever became of the hold since: its first
     // outcome is what a repeat answers.
@@ -57,6 +65,44 @@ pub async fn read(
     )
     .fetch_all(conn)
     .await?;
+    read_rows(rows)
+}
+
+/// MySQL's answer as the rows of PostgreSQL's statement, read by the same strict rules.
+fn mysql_rows(read: inventory_mysql::deductions::Read) -> Vec<ReadRow> {
+    let products = read.stock.into_iter().map(|(id, row)| ReadRow {
+        kind: "product".to_owned(),
+        product_id: Some(id),
+        stock: Some(row.stock),
+        version: Some(row.version),
+        request_id: None,
+        fingerprint: None,
+        status: None,
+        rejection_reason: None,
+        response_status: None,
+        response_body: None,
+    });
+    let stored = read.stored.into_iter().map(|row| ReadRow {
+        kind: match row.kind {
+            inventory_mysql::deductions::IdKind::Deduction => "deduction",
+            inventory_mysql::deductions::IdKind::Hold => "hold",
+        }
+        .to_owned(),
+        product_id: None,
+        stock: None,
+        version: None,
+        request_id: Some(row.id),
+        fingerprint: row.fingerprint,
+        status: row.status,
+        rejection_reason: row.rejection_reason,
+        response_status: row.response_status,
+        response_body: row.response_body,
+    });
+    products.chain(stored).collect()
+}
+
+/// What a batch is judged against, from the rows of [`read`].
+fn read_rows(rows: Vec<ReadRow>) -> sqlx::Result<Read> {
     let mut read = Read::default();
     for row in rows {
         let kind = match row.kind.as_str() {

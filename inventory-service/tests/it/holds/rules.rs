@@ -350,9 +350,13 @@ async fn finished_holds_and_tombstones_are_kept_for_the_retention_period_and_nev
         .expect("aged");
     let stop = tokio_util::sync::CancellationToken::new();
     // A retention of a second is raised to a day.
-    inventory_service::holds::expiry::delete_finished(&app.db, Duration::from_secs(1), &stop)
-        .await
-        .expect("retention");
+    inventory_service::holds::expiry::delete_finished(
+        &app.db.clone().into(),
+        Duration::from_secs(1),
+        &stop,
+    )
+    .await
+    .expect("retention");
     let left: Vec<String> = sqlx::query_scalar("SELECT hold_id FROM holds ORDER BY hold_id")
         .fetch_all(&app.db)
         .await
