@@ -59,16 +59,20 @@ fn checked_statements(runs_there: fn(&str) -> bool) -> Vec<Checked> {
             let data: Value =
                 serde_json::from_str(&std::fs::read_to_string(&path).expect("a query file"))
                     .expect("JSON");
+            let postgres = data["db_name"] == "PostgreSQL";
             let parameters = data["describe"]["parameters"]["Left"]
                 .as_array()
                 .map_or(0, Vec::len);
-            Checked {
+            let checked = Checked {
                 file: path.file_name().expect("a name").to_string_lossy().into(),
                 query: data["query"].as_str().expect("the query's text").to_owned(),
                 parameters,
-            }
+            };
+            (postgres, checked)
         })
-        .filter(|checked| runs_there(&checked.query))
+        // MySQL's statements (the stores/*-mysql crates) plan nothing once: PostgreSQL's only.
+        .filter(|(postgres, checked)| *postgres && runs_there(&checked.query))
+        .map(|(_, checked)| checked)
         .collect();
     statements.sort_by(|a, b| a.file.cmp(&b.file));
     statements

@@ -40,17 +40,31 @@ pub async fn expire_due(
     limit: i64,
 ) -> sqlx::Result<Vec<OrderRecord>> {
     let mut tx = conn.begin().await?;
-    let due = sqlx::query_scalar!(
-        "SELECT order_id AS `order_id: Uuid` FROM orders FORCE INDEX (orders_awaiting_payment_due)
-         WHERE status = 'AWAITING_PAYMENT' AND payment_due_at <= NOW(6)
-           AND (? IS NULL OR order_id = ?)
-         ORDER BY payment_due_at LIMIT ? FOR UPDATE SKIP LOCKED",
-        only,
-        only,
-        limit,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
+    let due = match only {
+        // One order (a cancel past its due time): read by its key, not by walking the due
+        // index up to it, which would lock every due order on the way.
+        Some(order_id) => {
+            sqlx::query_scalar!(
+                "SELECT order_id AS `order_id: Uuid` FROM orders FORCE INDEX (PRIMARY)
+                 WHERE order_id = ? AND status = 'AWAITING_PAYMENT' AND payment_due_at <= NOW(6)
+                 FOR UPDATE SKIP LOCKED",
+                order_id,
+            )
+            .fetch_all(&mut *tx)
+            .await?
+        }
+        None => {
+            sqlx::query_scalar!(
+                "SELECT order_id AS `order_id: Uuid`
+                 FROM orders FORCE INDEX (orders_awaiting_payment_due)
+                 WHERE status = 'AWAITING_PAYMENT' AND payment_due_at <= NOW(6)
+                 ORDER BY payment_due_at LIMIT ? FOR UPDATE SKIP LOCKED",
+                limit,
+            )
+            .fetch_all(&mut *tx)
+            .await?
+        }
+    };
     if due.is_empty() {
         return Ok(Vec::new());
     }

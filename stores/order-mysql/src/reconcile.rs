@@ -39,8 +39,9 @@ pub async fn claim_stale_pending(
 /// stamped like [`claim_stale_pending`].
 ///
 /// One range per status of `orders_given_back_unreleased`, `(status, released_at,
-/// updated_at)`, each read in `updated_at` order: the union is sorted, and only the first
-/// `limit` rows of the two are locked.
+/// updated_at)`, each read in `updated_at` order and locked up to `limit` rows: the union is
+/// sorted and its first `limit` stamped; the others stay locked (skipped by other
+/// instances) only until this short transaction commits.
 pub async fn claim_stale_cancelled(
     conn: &mut MySqlConnection,
     older_than: Duration,

@@ -102,16 +102,23 @@ pub async fn record(
     changes: &[Change],
     new: &Outcomes<'_>,
 ) -> sqlx::Result<Recorded> {
+    // One clock reading for the ends, taken before any lock is waited for, as PostgreSQL's
+    // `now()` is the statement's start: a deadline that passes during a wait does not count.
+    let ending = !new.confirms.is_empty() || !new.cancels.is_empty();
+    let clock = if ending {
+        Some(holds::clock(conn).await?)
+    } else {
+        None
+    };
     let change_ids: Vec<i64> = changes.iter().map(|c| c.product_id).collect();
     let locked = stock::lock_products(conn, &change_ids).await?;
     stock::check_judged(conn, judged).await?;
 
-    // The ends: decided on the locked rows, by one clock reading (`now()` in PostgreSQL).
+    // The ends: decided on the locked rows, by that one reading.
     let mut decided: Vec<HoldRow> = Vec::new();
     let mut given: BTreeMap<i64, i64> = BTreeMap::new();
     let mut at = None;
-    if !new.confirms.is_empty() || !new.cancels.is_empty() {
-        let now = holds::clock(conn).await?;
+    if let Some(now) = clock {
         at = Some(now);
         let ending: Vec<&str> = new.confirms.iter().chain(&new.cancels).copied().collect();
         let held = holds::lock_holds(conn, &ending, true, now).await?;
