@@ -40,11 +40,34 @@ impl Drop for TestMySqlDatabase {
         let name = self.name.clone();
         let server = mysql_server();
         crate::isolation::on_a_runtime_of_its_own(async move {
-            if let Ok(mut conn) = MySqlConnection::connect(&server).await {
-                let sql = format!("DROP DATABASE IF EXISTS `{name}`");
-                let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let Ok(mut conn) = MySqlConnection::connect(&server).await else {
+                return;
+            };
+            // The test's own sessions end first: one left inside a transaction (a test that
+            // panicked) would hold the drop on its metadata locks. (ID is unsigned: cast.)
+            let sessions: Vec<i64> = sqlx::query_scalar(
+                "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST
+                 WHERE DB = ? AND ID <> CONNECTION_ID()",
+            )
+            .bind(&name)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_default();
+            for session in sessions {
+                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL {session}")))
                     .execute(&mut conn)
                     .await;
+            }
+            // Never wait for ever (the default: a year) on a metadata lock.
+            let _ = sqlx::query("SET SESSION lock_wait_timeout = 10")
+                .execute(&mut conn)
+                .await;
+            let sql = format!("DROP DATABASE IF EXISTS `{name}`");
+            if let Err(error) = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+            {
+                eprintln!("cannot drop the test database {name}: {error}");
             }
         });
     }

@@ -13,124 +13,17 @@ use chrono::{DateTime, TimeDelta, Utc};
 use inventory_mysql::deductions::{self, IdKind, NewDeduction, NewHold, Outcomes};
 use inventory_mysql::reservations::{self, BatchWrite, NewReservation, NewRow};
 use inventory_mysql::{Change, StockRow, Unit, holds, products, restocks, violated_check};
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
-use sqlx::{ConnectOptions, Connection, Executor, MySqlConnection, MySqlPool};
+use sqlx::MySqlPool;
+use testkit::mysql::TestMySqlDatabase;
 use uuid::Uuid;
 
 static INVENTORY: sqlx::migrate::Migrator =
     sqlx::migrate!("../../migrations/inventory-service/mysql");
 
-fn server() -> String {
-    std::env::var("TEST_MYSQL_SERVER").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
-}
-
-/// A database for one test, dropped with this guard.
-struct TestDb {
-    name: String,
-    pool: MySqlPool,
-}
-
-impl TestDb {
-    async fn new() -> Self {
-        let name = format!("t_inventory_mysql_{}", Uuid::new_v4().simple());
-        let mut admin = MySqlConnection::connect(&server())
-            .await
-            .expect("MySQL server");
-        // Binary, NO PAD: as platform creates a service's database (MySQL 8: utf8mb4_0900_bin).
-        let version: String = sqlx::query_scalar("SELECT VERSION()")
-            .fetch_one(&mut admin)
-            .await
-            .expect("version");
-        let collation = if version.contains("MariaDB") {
-            "utf8mb4_nopad_bin"
-        } else {
-            "utf8mb4_0900_bin"
-        };
-        admin
-            .execute(sqlx::AssertSqlSafe(format!(
-                "CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE {collation}"
-            )))
-            .await
-            .expect("test database");
-        admin.close().await.ok();
-        let options: MySqlConnectOptions = format!("{}/{name}", server())
-            .parse::<MySqlConnectOptions>()
-            .expect("URL")
-            .pipes_as_concat(false)
-            .no_engine_substitution(false)
-            .disable_statement_logging();
-        let pool = MySqlPoolOptions::new()
-            .max_connections(4)
-            .after_connect(|conn, _| Box::pin(async move { prepare_session(conn).await }))
-            .connect_with(options)
-            .await
-            .expect("test pool");
-        let db = Self { name, pool };
-        INVENTORY.run(&db.pool).await.expect("migrations");
-        db
-    }
-}
-
-/// What platform's pool sets on every session.
-async fn prepare_session(conn: &mut MySqlConnection) -> sqlx::Result<()> {
-    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .await?;
-    conn.execute(
-        "SET SESSION innodb_lock_wait_timeout = 1, \
-         SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,\
-         ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,PIPES_AS_CONCAT', \
-         SESSION time_zone = '+00:00'",
-    )
-    .await
-    .map(drop)
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        let server = server();
-        // Drop may run inside the test's runtime: a thread and a runtime of its own. The
-        // test's own sessions are ended first, so that one left inside a transaction (a test
-        // that panicked) cannot hold the drop on its metadata locks.
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                let Ok(mut conn) = MySqlConnection::connect(&server).await else {
-                    return;
-                };
-                // (ID is unsigned: cast for an i64.)
-                let sessions: Vec<i64> = sqlx::query_scalar(
-                    "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST
-                     WHERE DB = ? AND ID <> CONNECTION_ID()",
-                )
-                .bind(&name)
-                .fetch_all(&mut conn)
-                .await
-                .unwrap_or_default();
-                for session in sessions {
-                    let _ = conn
-                        .execute(sqlx::AssertSqlSafe(format!("KILL {session}")))
-                        .await;
-                }
-                // Never wait for ever (the default: a year) on a metadata lock.
-                let _ = conn.execute("SET SESSION lock_wait_timeout = 10").await;
-                if let Err(error) = conn
-                    .execute(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS `{name}`"
-                    )))
-                    .await
-                {
-                    eprintln!("cannot drop the test database {name}: {error}");
-                }
-            });
-        })
-        .join();
-    }
+/// A database of its own for one test, built from the migrations as a service builds its
+/// own (sessions included), dropped with its guard.
+async fn database() -> TestMySqlDatabase {
+    TestMySqlDatabase::create("inventory_mysql", &INVENTORY).await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -311,7 +204,7 @@ async fn record_err(
 
 #[tokio::test]
 async fn record_writes_the_stock_change_and_every_outcome_as_given() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_product(&db.pool, 2, 5).await;
     let items = items_of(&[(1, 3), (2, 1)]);
@@ -514,7 +407,7 @@ async fn record_writes_the_stock_change_and_every_outcome_as_given() {
 
 #[tokio::test]
 async fn read_tells_a_tombstone_and_keeps_ids_byte_for_byte() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let items = items_of(&[(1, 1)]);
     let new = Outcomes {
         deductions: vec![sale("Ab", &items, b"1"), sale("ab ", &items, b"2")],
@@ -568,7 +461,7 @@ async fn read_tells_a_tombstone_and_keeps_ids_byte_for_byte() {
 
 #[tokio::test]
 async fn record_writes_nothing_when_a_guard_falls_short() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_product(&db.pool, 2, 3).await;
     let items = items_of(&[(1, 1)]);
@@ -655,7 +548,7 @@ async fn record_writes_nothing_when_a_guard_falls_short() {
 
 #[tokio::test]
 async fn a_change_read_without_a_version_or_of_nothing_is_still_written_and_counted() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_product(&db.pool, 2, 10).await;
     sqlx::query("UPDATE products SET version = 5 WHERE product_id = 1")
@@ -678,7 +571,7 @@ async fn a_change_read_without_a_version_or_of_nothing_is_still_written_and_coun
 
 #[tokio::test]
 async fn record_ends_the_holds_of_its_batch_and_gives_a_cancel_s_units_back_in_its_update() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_hold(&db.pool, "confirm", "HELD", 60, &[(1, 2)]).await;
     add_hold(&db.pool, "cancel", "HELD", 60, &[(1, 3)]).await;
@@ -751,7 +644,7 @@ fn units_for(hold: &str) -> Vec<(i64, i64)> {
 
 #[tokio::test]
 async fn a_product_another_writer_holds_is_waited_for_then_contention() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     let other = hold_lock(
         &db.pool,
@@ -783,7 +676,7 @@ async fn a_product_another_writer_holds_is_waited_for_then_contention() {
 
 #[tokio::test]
 async fn find_reads_a_hold_and_whether_its_deadline_passed() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_hold(&db.pool, "ahead", "HELD", 60, &[(1, 2)]).await;
     add_hold(&db.pool, "past", "HELD", -1, &[(1, 2)]).await;
     add_hold(&db.pool, "refused", "REFUSED", 0, &[(1, 2)]).await;
@@ -818,7 +711,7 @@ async fn find_reads_a_hold_and_whether_its_deadline_passed() {
 
 #[tokio::test]
 async fn confirm_all_confirms_held_holds_before_their_deadline_once() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_hold(&db.pool, "a", "HELD", 60, &[(1, 2)]).await;
     add_hold(&db.pool, "late", "HELD", -5, &[(1, 3)]).await;
@@ -871,7 +764,7 @@ async fn confirm_all_confirms_held_holds_before_their_deadline_once() {
 
 #[tokio::test]
 async fn cancel_all_ends_held_holds_gives_units_back_once_and_leaves_tombstones() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_product(&db.pool, 2, 10).await;
     add_hold(&db.pool, "a", "HELD", 60, &[(1, 2), (2, 1)]).await;
@@ -942,7 +835,7 @@ async fn cancel_all_ends_held_holds_gives_units_back_once_and_leaves_tombstones(
 
 #[tokio::test]
 async fn a_cancel_waits_for_a_try_being_written_and_then_cancels_it() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     // The try's transaction: its hold written, not yet committed.
     let mut try_tx = db.pool.begin().await.expect("tx");
@@ -979,7 +872,7 @@ async fn a_cancel_waits_for_a_try_being_written_and_then_cancels_it() {
 
 #[tokio::test]
 async fn expire_due_expires_the_oldest_due_holds_skipping_locked_ones() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_hold(&db.pool, "oldest", "HELD", -20, &[(1, 1)]).await;
     add_hold(&db.pool, "older", "HELD", -10, &[(1, 2)]).await;
@@ -1038,7 +931,7 @@ async fn expire_due_expires_the_oldest_due_holds_skipping_locked_ones() {
 
 #[tokio::test]
 async fn delete_finished_deletes_only_old_finished_holds_a_batch_at_a_time() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_hold(&db.pool, "confirmed", "CONFIRMED", -10, &[]).await;
     add_hold(&db.pool, "refused", "REFUSED", 0, &[]).await;
     add_hold(&db.pool, "expired", "EXPIRED", -10, &[]).await;
@@ -1080,7 +973,7 @@ async fn delete_finished_deletes_only_old_finished_holds_a_batch_at_a_time() {
 
 #[tokio::test]
 async fn hold_ids_differing_in_case_or_padding_are_distinct_holds() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_hold(&db.pool, "ab", "HELD", 60, &[(1, 2)]).await;
     let mut tx = db.pool.begin().await.expect("tx");
@@ -1123,7 +1016,7 @@ async fn add_message(pool: &MySqlPool, id: Uuid) {
 
 #[tokio::test]
 async fn read_batch_reads_seen_ids_reservations_and_the_stock_the_batch_may_change() {
-    let db = TestDb::new().await;
+    let db = database().await;
     for id in 1..=5 {
         add_product(&db.pool, id, id * 10).await;
     }
@@ -1198,7 +1091,7 @@ async fn read_batch_reads_seen_ids_reservations_and_the_stock_the_batch_may_chan
 
 #[tokio::test]
 async fn write_batch_writes_stock_reservations_releases_messages_and_outbox_rows() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     add_product(&db.pool, 2, 5).await;
     let (created, refused, cancelled) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
@@ -1304,7 +1197,7 @@ async fn write_batch_writes_stock_reservations_releases_messages_and_outbox_rows
 
 #[tokio::test]
 async fn write_batch_writes_nothing_when_what_it_relied_on_moved() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     let (existing, applied, released) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     add_reservation(&db.pool, existing, "REJECTED", &[(1, 1)]).await;
@@ -1415,7 +1308,7 @@ async fn write_batch_writes_nothing_when_what_it_relied_on_moved() {
 
 #[tokio::test]
 async fn products_are_created_once_read_with_their_held_units_listed_and_restocked() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let mut tx = db.pool.begin().await.expect("tx");
     let created = products::insert(&mut tx, 7, "Widget", 12)
         .await
@@ -1496,7 +1389,7 @@ async fn products_are_created_once_read_with_their_held_units_listed_and_restock
 
 #[tokio::test]
 async fn a_restock_key_is_recorded_once_and_keys_are_compared_byte_for_byte() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 0).await;
     let mut conn = db.pool.acquire().await.expect("conn");
     assert!(
@@ -1561,7 +1454,7 @@ async fn a_restock_key_is_recorded_once_and_keys_are_compared_byte_for_byte() {
 
 #[tokio::test]
 async fn a_refused_check_is_told_by_its_constraint_name() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 0).await;
     let mut conn = db.pool.acquire().await.expect("conn");
     let error = products::insert(&mut conn, 2, "Widget", -1)
@@ -1612,7 +1505,7 @@ async fn a_refused_check_is_told_by_its_constraint_name() {
 
 #[tokio::test]
 async fn no_write_waits_for_rows_it_does_not_touch() {
-    let db = TestDb::new().await;
+    let db = database().await;
     for id in 1..=4 {
         add_product(&db.pool, id, 10).await;
     }
@@ -1683,7 +1576,7 @@ async fn no_write_waits_for_rows_it_does_not_touch() {
 
 #[tokio::test]
 async fn a_product_named_twice_in_a_hold_keeps_its_first_units_row() {
-    let db = TestDb::new().await;
+    let db = database().await;
     add_product(&db.pool, 1, 10).await;
     let items = items_of(&[(1, 2)]);
     let units = [

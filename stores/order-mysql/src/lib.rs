@@ -28,3 +28,11 @@ pub mod settle;
 pub mod tokens;
 
 pub use orders::OrderRecord;
+
+/// MySQL's duplicate key error (1062, SQLSTATE 23000).
+pub(crate) fn is_duplicate_key(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|e| e.number() == 1062)
+}

@@ -1,17 +1,18 @@
 //! The intake's group commit: a batch of orders, their tokens' outcomes and their
 //! `order.created` outbox rows, committed together.
 //!
-//! PostgreSQL writes the batch in one statement; here it is one transaction of four, in the
+//! PostgreSQL writes the batch in one statement; here it is one transaction of three (six
+//! when a token was used before), in the
 //! order InnoDB's row-by-row foreign key check needs (an outcome names its order, so the
 //! order goes first):
 //! 1. every order row of the batch;
-//! 2. the outcomes, in token order, a token that already has one skipped by
-//!    `ON DUPLICATE KEY UPDATE` (which waits for an uncommitted one, as PostgreSQL's
-//!    `ON CONFLICT DO NOTHING` does, and then skips it): a used token fails alone, never the
-//!    batch;
-//! 3. the tokens that went in are read back (an outcome naming this batch's order id is this
-//!    batch's: order ids are new), and the orders of the others deleted again: never
-//!    committed, never seen;
+//! 2. the outcomes, in token order: a plain insert, since Redis claimed every token for this
+//!    batch and almost always none has an outcome yet;
+//! 3. only when one has (Redis lost its keys, or another instance placed it): the outcomes
+//!    again with `ON DUPLICATE KEY UPDATE`, which waits for an uncommitted one, as
+//!    PostgreSQL's `ON CONFLICT DO NOTHING` does, and then skips it; the tokens that went in
+//!    read back, and the orders of the others deleted again, never committed, never seen. A
+//!    used token fails alone, never the batch;
 //! 4. the outbox rows of the orders placed, in arrival order.
 
 use std::collections::HashSet;
@@ -94,6 +95,64 @@ pub async fn insert_batch(
     )
     .execute(&mut *tx)
     .await?;
+    let order_ids: Vec<Uuid> = batch.iter().map(|p| p.order_id).collect();
+    // Redis claimed every token for this batch, so almost always none has an outcome: a
+    // plain insert, and only when it meets one, the statements that skip it.
+    let placed: HashSet<Uuid> = match insert_outcomes(&mut tx, &outcomes).await {
+        Ok(()) => order_ids.iter().copied().collect(),
+        Err(error) if crate::is_duplicate_key(&error) => {
+            skip_used_tokens(&mut tx, &outcomes, &by_token, &order_ids).await?
+        }
+        Err(error) => return Err(error),
+    };
+    let events: Vec<platform_mysql::outbox::NewRow<'_>> = batch
+        .iter()
+        .filter(|p| placed.contains(&p.order_id))
+        .map(|p| p.event)
+        .collect();
+    platform_mysql::outbox::insert(&mut tx, &events).await?;
+    tx.commit().await?;
+    Ok(batch
+        .iter()
+        .filter(|p| placed.contains(&p.order_id))
+        .map(|p| p.token)
+        .collect())
+}
+
+/// Every outcome, in token order; a token that has one already fails the statement with a
+/// duplicate key (after waiting for its writer, when that one has not committed yet), and
+/// InnoDB undoes the statement alone: the transaction goes on.
+async fn insert_outcomes(conn: &mut MySqlConnection, outcomes: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO idempotency_keys
+             (token, fingerprint, order_id, response_status, response_body, taker)
+         SELECT UNHEX(REPLACE(k.token, '-', '')), k.fingerprint,
+                UNHEX(REPLACE(k.order_id, '-', '')), k.status, UNHEX(k.body), k.taker
+         FROM JSON_TABLE(?, '$[*]' COLUMNS (
+             n FOR ORDINALITY,
+             token CHAR(36) PATH '$.token',
+             fingerprint TEXT PATH '$.fingerprint',
+             order_id CHAR(36) PATH '$.order_id',
+             status SMALLINT PATH '$.status',
+             body LONGTEXT PATH '$.body',
+             taker BIGINT PATH '$.taker')) AS k
+         ORDER BY k.n",
+        outcomes,
+    )
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// The outcomes again, a token that has one skipped (`ON DUPLICATE KEY UPDATE`); the orders
+/// whose outcomes went in, read back (an outcome naming this batch's order is this batch's:
+/// order ids are new); the others' order rows deleted, never committed. The orders placed.
+async fn skip_used_tokens(
+    conn: &mut MySqlConnection,
+    outcomes: &str,
+    by_token: &[&NewPlacement<'_>],
+    order_ids: &[Uuid],
+) -> sqlx::Result<HashSet<Uuid>> {
     sqlx::query!(
         "INSERT INTO idempotency_keys
              (token, fingerprint, order_id, response_status, response_body, taker)
@@ -111,16 +170,17 @@ pub async fn insert_batch(
          ON DUPLICATE KEY UPDATE token = idempotency_keys.token",
         outcomes,
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    let order_ids: Vec<Uuid> = batch.iter().map(|p| p.order_id).collect();
+    let tokens: Vec<Uuid> = by_token.iter().map(|p| p.token).collect();
     let placed: HashSet<Uuid> = sqlx::query_scalar!(
         "SELECT k.order_id AS `order_id: Uuid`
          FROM JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(36) PATH '$')) AS t
-         STRAIGHT_JOIN idempotency_keys AS k FORCE INDEX (PRIMARY) ON k.token = UNHEX(REPLACE(t.id, '-', ''))",
-        platform_mysql::json_ids(&by_token.iter().map(|p| p.token).collect::<Vec<_>>()),
+         STRAIGHT_JOIN idempotency_keys AS k FORCE INDEX (PRIMARY)
+            ON k.token = UNHEX(REPLACE(t.id, '-', ''))",
+        platform_mysql::json_ids(&tokens),
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?
     .into_iter()
     .filter(|order_id| order_ids.contains(order_id))
@@ -133,22 +193,12 @@ pub async fn insert_batch(
     if !skipped.is_empty() {
         sqlx::query!(
             "DELETE o FROM JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(36) PATH '$')) AS s
-             STRAIGHT_JOIN orders AS o FORCE INDEX (PRIMARY) ON o.order_id = UNHEX(REPLACE(s.id, '-', ''))",
+             STRAIGHT_JOIN orders AS o FORCE INDEX (PRIMARY)
+                ON o.order_id = UNHEX(REPLACE(s.id, '-', ''))",
             platform_mysql::json_ids(&skipped),
         )
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
     }
-    let events: Vec<platform_mysql::outbox::NewRow<'_>> = batch
-        .iter()
-        .filter(|p| placed.contains(&p.order_id))
-        .map(|p| p.event)
-        .collect();
-    platform_mysql::outbox::insert(&mut tx, &events).await?;
-    tx.commit().await?;
-    Ok(batch
-        .iter()
-        .filter(|p| placed.contains(&p.order_id))
-        .map(|p| p.token)
-        .collect())
+    Ok(placed)
 }

@@ -173,7 +173,7 @@ pub async fn write_settlement(
         .await;
         match inserted {
             Ok(_) => {}
-            Err(error) if is_duplicate_key(&error) => {
+            Err(error) if crate::is_duplicate_key(&error) => {
                 return Err(platform_mysql::serialization_failure(
                     "a message of the batch was recorded meanwhile",
                 ));
@@ -183,12 +183,4 @@ pub async fn write_settlement(
     }
     platform_mysql::outbox::insert(&mut tx, &write.outbox).await?;
     tx.commit().await
-}
-
-/// MySQL's duplicate key error (1062, SQLSTATE 23000).
-fn is_duplicate_key(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
-        .is_some_and(|e| e.number() == 1062)
 }

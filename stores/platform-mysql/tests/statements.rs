@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use platform_mysql::{MAX_ERROR_BYTES, admin, inbox, outbox};
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
-use sqlx::{ConnectOptions, Connection, Executor, MySqlConnection, MySqlPool};
+use sqlx::MySqlPool;
+use testkit::mysql::TestMySqlDatabase;
 use uuid::Uuid;
 
 static ORDERS: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/order-service/mysql");
@@ -17,117 +17,10 @@ static ORDERS: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/order-
 const NO_AGE: Duration = Duration::ZERO;
 const HOUR: Duration = Duration::from_secs(3600);
 
-fn server() -> String {
-    std::env::var("TEST_MYSQL_SERVER").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
-}
-
-/// A database for one test, dropped with this guard.
-struct TestDb {
-    name: String,
-    pool: MySqlPool,
-}
-
-impl TestDb {
-    async fn new() -> Self {
-        let name = format!("t_platform_mysql_{}", Uuid::new_v4().simple());
-        let mut admin = MySqlConnection::connect(&server())
-            .await
-            .expect("MySQL server");
-        // Binary, NO PAD: as platform creates a service's database (MySQL 8: utf8mb4_0900_bin).
-        let version: String = sqlx::query_scalar("SELECT VERSION()")
-            .fetch_one(&mut admin)
-            .await
-            .expect("version");
-        let collation = if version.contains("MariaDB") {
-            "utf8mb4_nopad_bin"
-        } else {
-            "utf8mb4_0900_bin"
-        };
-        admin
-            .execute(sqlx::AssertSqlSafe(format!(
-                "CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE {collation}"
-            )))
-            .await
-            .expect("test database");
-        admin.close().await.ok();
-        let options: MySqlConnectOptions = format!("{}/{name}", server())
-            .parse::<MySqlConnectOptions>()
-            .expect("URL")
-            .pipes_as_concat(false)
-            .no_engine_substitution(false)
-            .disable_statement_logging();
-        let pool = MySqlPoolOptions::new()
-            .max_connections(4)
-            .after_connect(|conn, _| Box::pin(async move { prepare_session(conn).await }))
-            .connect_with(options)
-            .await
-            .expect("test pool");
-        let db = Self { name, pool };
-        ORDERS.run(&db.pool).await.expect("migrations");
-        db
-    }
-}
-
-/// What platform's pool sets on every session.
-async fn prepare_session(conn: &mut MySqlConnection) -> sqlx::Result<()> {
-    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .await?;
-    conn.execute(
-        "SET SESSION innodb_lock_wait_timeout = 1, \
-         SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,\
-         ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,PIPES_AS_CONCAT', \
-         SESSION time_zone = '+00:00'",
-    )
-    .await
-    .map(drop)
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        let server = server();
-        // Drop may run inside the test's runtime: a thread and a runtime of its own. The
-        // test's own sessions are ended first, so that one left inside a transaction (a test
-        // that panicked) cannot hold the drop on its metadata locks.
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                let Ok(mut conn) = MySqlConnection::connect(&server).await else {
-                    return;
-                };
-                // (ID is unsigned: cast for an i64.)
-                let sessions: Vec<i64> = sqlx::query_scalar(
-                    "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST
-                     WHERE DB = ? AND ID <> CONNECTION_ID()",
-                )
-                .bind(&name)
-                .fetch_all(&mut conn)
-                .await
-                .unwrap_or_default();
-                for session in sessions {
-                    let _ = conn
-                        .execute(sqlx::AssertSqlSafe(format!("KILL {session}")))
-                        .await;
-                }
-                // Never wait for ever (the default: a year) on a metadata lock.
-                let _ = conn.execute("SET SESSION lock_wait_timeout = 10").await;
-                if let Err(error) = conn
-                    .execute(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS `{name}`"
-                    )))
-                    .await
-                {
-                    eprintln!("cannot drop the test database {name}: {error}");
-                }
-            });
-        })
-        .join();
-    }
+/// A database of its own for one test, built from the migrations as a service builds its
+/// own (sessions included), dropped with its guard.
+async fn database() -> TestMySqlDatabase {
+    TestMySqlDatabase::create("platform_mysql", &ORDERS).await
 }
 
 /// Writes one row per payload, in one statement; their ids, in order.
@@ -192,7 +85,7 @@ async fn claim_all(pool: &MySqlPool, min_age: Duration) -> Vec<Uuid> {
 
 #[tokio::test]
 async fn insert_keeps_the_order_and_round_trips_ids_and_json_exactly() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let payloads: Vec<serde_json::Value> = (0..60)
         .map(|n| {
             serde_json::json!({
@@ -270,7 +163,7 @@ async fn insert_keeps_the_order_and_round_trips_ids_and_json_exactly() {
 
 #[tokio::test]
 async fn a_claim_skips_rows_another_transaction_holds_without_waiting() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let ids = write(&db.pool, &empties(10)).await;
 
     let mut first = db.pool.begin().await.expect("tx");
@@ -315,7 +208,7 @@ async fn a_claim_skips_rows_another_transaction_holds_without_waiting() {
 
 #[tokio::test]
 async fn a_claim_takes_due_rows_tried_before_or_old_enough_earliest_due_first() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let ids = write(&db.pool, &empties(5)).await;
 
     // Never tried and young: not due for a sweep that waits an hour.
@@ -361,7 +254,7 @@ async fn a_claim_takes_due_rows_tried_before_or_old_enough_earliest_due_first() 
 
 #[tokio::test]
 async fn mark_sent_marks_only_pending_rows_and_counts_them() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let ids = write(&db.pool, &empties(4)).await;
     outbox::record_failure(&db.pool, ids[2], 10, "unroutable", NO_AGE, true)
         .await
@@ -403,7 +296,7 @@ async fn mark_sent_marks_only_pending_rows_and_counts_them() {
 
 #[tokio::test]
 async fn record_failure_sets_pending_or_dead_and_cuts_a_long_error() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let ids = write(&db.pool, &empties(3)).await;
 
     outbox::record_failure(&db.pool, ids[0], 3, "boom", Duration::from_secs(30), false)
@@ -470,7 +363,7 @@ async fn record_failure_sets_pending_or_dead_and_cuts_a_long_error() {
 
 #[tokio::test]
 async fn count_failures_counts_each_id_once_per_call_across_calls() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
 
     assert!(
@@ -532,7 +425,7 @@ async fn count_failures_counts_each_id_once_per_call_across_calls() {
 
 #[tokio::test]
 async fn retention_deletes_only_old_rows_oldest_first_and_at_most_a_batch() {
-    let db = TestDb::new().await;
+    let db = database().await;
 
     // Outbox: five sent long ago (at different times), one sent now, one pending and one
     // dead, both old.
@@ -677,7 +570,7 @@ async fn retention_deletes_only_old_rows_oldest_first_and_at_most_a_batch() {
 
 #[tokio::test]
 async fn the_backlog_counts_pending_rows_and_the_oldest_ones_age() {
-    let db = TestDb::new().await;
+    let db = database().await;
     let empty = outbox::backlog(&db.pool).await.expect("backlog");
     assert_eq!(
         empty,
@@ -705,7 +598,7 @@ async fn the_backlog_counts_pending_rows_and_the_oldest_ones_age() {
 
 #[tokio::test]
 async fn admin_lists_by_status_and_retry_makes_a_dead_row_pending() {
-    let db = TestDb::new().await;
+    let db = database().await;
     admin::ping(&db.pool).await.expect("ping");
     assert!(inbox::answers(&db.pool).await);
 
@@ -791,7 +684,7 @@ async fn admin_lists_by_status_and_retry_makes_a_dead_row_pending() {
 
 #[tokio::test]
 async fn ids_differing_only_in_letter_case_or_padding_bytes_stay_distinct() {
-    let db = TestDb::new().await;
+    let db = database().await;
     // Bytes a case-insensitive or PAD SPACE text comparison would take for one value: 'A'
     // and 'a', trailing ' ' and trailing NUL.
     let upper = Uuid::from_bytes(*b"AAAAAAAAAAAAAAAA");
