@@ -24,9 +24,14 @@ pub struct Binary {
 
 impl Binary {
     pub async fn start(db: &TestDatabase, prefix: &str, port: u16, batch_max: usize) -> Self {
+        Self::start_on(&db.url, prefix, port, batch_max).await
+    }
+
+    /// [`Binary::start`] on the database `url` names, PostgreSQL or MySQL.
+    pub async fn start_on(url: &str, prefix: &str, port: u16, batch_max: usize) -> Self {
         let child = testkit::service_command(
             env!("CARGO_BIN_EXE_order-service"),
-            &db.url,
+            url,
             testkit::NO_BROKER,
             prefix,
         )

@@ -1,6 +1,6 @@
-//! `kill -9` of the real binary while batches are being written: what was answered is
-//! committed whole, nothing is doubled, and what was not answered can be retried into exactly
-//! one order.
+//! `kill -9` of the real binary while batches are being written, on PostgreSQL and on
+//! MariaDB: what was answered is committed whole, nothing is doubled, and what was not
+//! answered can be retried into exactly one order.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -9,6 +9,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::Value;
 use testkit::TestDatabase;
+use testkit::mysql::TestMySqlDatabase;
 use uuid::Uuid;
 
 use crate::helpers::{eventually, order_body};
@@ -19,9 +20,21 @@ const ORDERS: usize = 300;
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_9_mid_batch_loses_no_answered_order_doubles_none_and_leaves_tokens_retryable() {
     let db = TestDatabase::create("orders_intake_kill", &order_service::MIGRATOR).await;
+    kill_9_mid_batch(&db.url, Rows::Postgres(&db.pool)).await;
+}
+
+/// The same on MariaDB: the batch is a transaction of several statements there, and a kill
+/// between them must leave nothing of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_mysql_a_kill_9_mid_batch_loses_no_answered_order_doubles_none() {
+    let db = TestMySqlDatabase::create("orders_intake_kill", &order_service::MYSQL_MIGRATOR).await;
+    kill_9_mid_batch(&db.url, Rows::MySql(&db.pool)).await;
+}
+
+async fn kill_9_mid_batch(url: &str, rows: Rows<'_>) {
     let prefix = testkit::redis_prefix();
     let port = testkit::free_port();
-    let mut binary = Binary::start(&db, &prefix, port, 8).await;
+    let mut binary = Binary::start_on(url, &prefix, port, 8).await;
     let mut tokens = Vec::new();
     for _ in 0..ORDERS {
         tokens.push(binary.issue_token().await);
@@ -57,23 +70,15 @@ async fn a_kill_9_mid_batch_loses_no_answered_order_doubles_none_and_leaves_toke
 
     // Every 202 is a committed order with its outcome and its event; nothing else half-written.
     for (i, order_id) in &answered {
-        let (orders, events): (i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM orders o JOIN idempotency_keys k USING (order_id) \
-                     WHERE o.order_id = $1 AND k.token = $2), \
-                    (SELECT count(*) FROM outbox WHERE (payload->'payload'->>'order_id')::uuid = $1)",
-        )
-        .bind(order_id)
-        .bind(Uuid::parse_str(&tokens[*i]).expect("uuid"))
-        .fetch_one(&db.pool)
-        .await
-        .expect("rows");
-        assert_eq!((orders, events), (1, 1), "answered order {order_id}");
+        let token = Uuid::parse_str(&tokens[*i]).expect("uuid");
+        let whole = rows.answered(*order_id, token).await;
+        assert_eq!(whole, (1, 1), "answered order {order_id}");
     }
-    assert_whole_and_single(&db).await;
+    rows.assert_whole_and_single().await;
 
     // Every token again, after the restart: an answered one replays its order; an unanswered
     // one gives one order (after its claim goes stale, if the dead process held it).
-    binary = Binary::start(&db, &prefix, port, 8).await;
+    binary = Binary::start_on(url, &prefix, port, 8).await;
     for (i, token) in tokens.iter().enumerate() {
         let order_id = eventually(Duration::from_secs(60), || async {
             let response = binary.post(token, &body(i)).await.expect("task");
@@ -91,27 +96,75 @@ async fn a_kill_9_mid_batch_loses_no_answered_order_doubles_none_and_leaves_toke
             assert_eq!(order_id, *first, "an answered token replays its order");
         }
     }
-    assert_whole_and_single(&db).await;
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
-        .fetch_one(&db.pool)
-        .await
-        .expect("count");
+    let (orders, ..) = rows.assert_whole_and_single().await;
     assert_eq!(orders, ORDERS as i64, "one order per token");
 }
 
-/// Orders, outcomes and events come in whole triples, one per token.
-async fn assert_whole_and_single(db: &TestDatabase) {
-    let (orders, outcomes, events, distinct_events): (i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM idempotency_keys), \
-                (SELECT count(*) FROM outbox), \
-                (SELECT count(DISTINCT payload->'payload'->>'order_id') FROM outbox)",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .expect("counts");
-    assert_eq!(orders, outcomes, "every order has its token's outcome");
-    assert_eq!(orders, events, "every order has its event");
-    assert_eq!(events, distinct_events, "no order has two events");
+/// Where the test reads the rows the service wrote.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    Postgres(&'a sqlx::PgPool),
+    MySql(&'a sqlx::MySqlPool),
+}
+
+impl Rows<'_> {
+    /// For an answered order: (its row joined to its token's outcome, its events).
+    async fn answered(self, order_id: Uuid, token: Uuid) -> (i64, i64) {
+        match self {
+            Self::Postgres(pool) => sqlx::query_as(
+                "SELECT (SELECT count(*) FROM orders o JOIN idempotency_keys k USING (order_id) \
+                         WHERE o.order_id = $1 AND k.token = $2), \
+                        (SELECT count(*) FROM outbox \
+                         WHERE (payload->'payload'->>'order_id')::uuid = $1)",
+            )
+            .bind(order_id)
+            .bind(token)
+            .fetch_one(pool)
+            .await
+            .expect("rows"),
+            Self::MySql(pool) => sqlx::query_as(
+                "SELECT (SELECT COUNT(*) FROM orders o JOIN idempotency_keys k \
+                         ON k.order_id = o.order_id WHERE o.order_id = ? AND k.token = ?), \
+                        (SELECT COUNT(*) FROM outbox \
+                         WHERE JSON_VALUE(payload, '$.payload.order_id') = ?)",
+            )
+            .bind(order_id)
+            .bind(token)
+            .bind(order_id.to_string())
+            .fetch_one(pool)
+            .await
+            .expect("rows"),
+        }
+    }
+
+    /// Orders, outcomes and events come in whole triples, one per token: (orders, outcomes,
+    /// events, orders with an event).
+    async fn assert_whole_and_single(self) -> (i64, i64, i64, i64) {
+        let counts: (i64, i64, i64, i64) = match self {
+            Self::Postgres(pool) => sqlx::query_as(
+                "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM idempotency_keys), \
+                        (SELECT count(*) FROM outbox), \
+                        (SELECT count(DISTINCT payload->'payload'->>'order_id') FROM outbox)",
+            )
+            .fetch_one(pool)
+            .await
+            .expect("counts"),
+            Self::MySql(pool) => sqlx::query_as(
+                "SELECT (SELECT COUNT(*) FROM orders), (SELECT COUNT(*) FROM idempotency_keys), \
+                        (SELECT COUNT(*) FROM outbox), \
+                        (SELECT COUNT(DISTINCT JSON_VALUE(payload, '$.payload.order_id')) \
+                         FROM outbox)",
+            )
+            .fetch_one(pool)
+            .await
+            .expect("counts"),
+        };
+        let (orders, outcomes, events, distinct_events) = counts;
+        assert_eq!(orders, outcomes, "every order has its token's outcome");
+        assert_eq!(orders, events, "every order has its event");
+        assert_eq!(events, distinct_events, "no order has two events");
+        counts
+    }
 }
 
 impl Binary {
