@@ -53,6 +53,7 @@ impl Messaging {
             let broker = broker.clone();
             move || broker.clone().supervise(stop.clone())
         }));
+        // PostgreSQL only: InnoDB purges what its updates and deletes leave behind by itself.
         if let Database::Postgres(pool) = &db {
             let stop = shutdown.clone();
             tasks.spawn(keep_running("vacuum", stop.clone(), {
