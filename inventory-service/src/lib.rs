@@ -62,6 +62,14 @@ pub static MYSQL_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     migrator
 });
 
+/// The service's migrations on each backend, for start-up to apply the one its URL names.
+pub fn migrators() -> Migrators<'static> {
+    Migrators {
+        postgres: &MIGRATOR,
+        mysql: &MYSQL_MIGRATOR,
+    }
+}
+
 /// Connects to the database, PostgreSQL or MySQL as `DATABASE_URL` names it (creating and
 /// migrating it), and prepares Redis (lazily: the service starts while Redis is down) and
 /// RabbitMQ (connected by the supervisor that [`serve`] runs); registers the metrics.
@@ -73,14 +81,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         redis_health,
         broker,
         readiness,
-    } = Backing::connect(
-        config.backing(),
-        Migrators {
-            postgres: &MIGRATOR,
-            mysql: &MYSQL_MIGRATOR,
-        },
-    )
-    .await?;
+    } = Backing::connect(config.backing(), migrators()).await?;
     let locker = lock::Locker::new(
         redis.clone(),
         RedisKeys::new(config.redis_key_prefix.clone()),

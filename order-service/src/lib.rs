@@ -51,6 +51,14 @@ pub static MYSQL_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
     migrator
 });
 
+/// The service's migrations on each backend, for start-up to apply the one its URL names.
+pub fn migrators() -> Migrators<'static> {
+    Migrators {
+        postgres: &MIGRATOR,
+        mysql: &MYSQL_MIGRATOR,
+    }
+}
+
 /// Connects to everything the service needs (creating and migrating its database). Nothing
 /// runs in the background yet; `serve` starts the loops.
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
@@ -62,15 +70,9 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         redis_health,
         broker,
         readiness,
-    } = Backing::connect(
-        config.backing(),
-        Migrators {
-            postgres: &MIGRATOR,
-            mysql: &MYSQL_MIGRATOR,
-        },
-    )
-    .await
-    .context("preparing the orders database")?;
+    } = Backing::connect(config.backing(), migrators())
+        .await
+        .context("preparing the orders database")?;
     let secret = match &config.idempotency_token_secret {
         Some(secret) => secret.clone(),
         None => crate::tokens::secret_queries::load_or_store(&db, &TokenSecret::generate())

@@ -1,7 +1,9 @@
 //! docs/database-backends.md: a service's database on MySQL / MariaDB is created when
 //! missing, migrated once however many instances start at once, compares text byte for byte,
-//! and every pooled session has the settings the services rely on. Against the machine's
-//! MariaDB (`TEST_MYSQL_SERVER`), a database per test.
+//! every pooled session has the settings the services rely on, and `DATABASE_URLS` lead to
+//! the server that takes writes. Against the machine's MariaDB (`TEST_MYSQL_SERVER`), a
+//! database per test; a MariaDB of the test's own ([`MariaDbNode`]) where it needs a second
+//! server, a read-only one above all.
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use platform::storage::postgres::PoolSettings;
 use platform::storage::{Backend, is_contention, is_lock_timeout};
 use sqlx::migrate::Migrator;
 use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
+use testkit::mariadb::MariaDbNode;
 use testkit::mysql::{TestMySqlDatabase, mysql_server};
 
 static ORDERS: Migrator = sqlx::migrate!("../migrations/order-service/mysql");
@@ -229,4 +232,116 @@ async fn database_urls_lead_to_the_server_that_takes_writes() {
             .await
             .expect_err("no server takes writes");
     assert!(format!("{none:#}").contains("takes writes"), "{none:#}");
+}
+
+/// The port of the machine's server (`TEST_MYSQL_SERVER`), as it reports it.
+async fn machine_port() -> i64 {
+    let mut admin = MySqlConnection::connect(&mysql_server())
+        .await
+        .expect("the machine's MariaDB");
+    sqlx::query_scalar("SELECT CAST(@@port AS SIGNED)")
+        .fetch_one(&mut admin)
+        .await
+        .expect("@@port")
+}
+
+/// The port of the server behind `pool`: which one of the URLs was picked.
+async fn port_of(pool: &MySqlPool) -> i64 {
+    sqlx::query_scalar("SELECT CAST(@@port AS SIGNED)")
+        .fetch_one(pool)
+        .await
+        .expect("@@port")
+}
+
+/// What the service connects to with `DATABASE_URLS` of `first` (a private server) and then
+/// the machine's server, for a fresh database. Held by a guard that drops the database from
+/// the machine's server, whichever server was picked; the private server's goes with its
+/// directory.
+async fn pick_between(first: &MariaDbNode, prefix: &str) -> TestMySqlDatabase {
+    let name = format!("t_{prefix}_{}", uuid::Uuid::new_v4().simple());
+    let on_machine = format!("{}/{name}", mysql_server());
+    let urls = [first.url(&name), on_machine.clone()];
+    let pool = mysql::connect_and_migrate_any(&urls, &PoolSettings::default(), &ORDERS)
+        .await
+        .expect("a server that takes writes");
+    TestMySqlDatabase {
+        name,
+        url: on_machine,
+        pool,
+    }
+}
+
+/// Writes a row of `kind` to `processed_messages` through the service's pool.
+async fn write_through(pool: &MySqlPool, kind: &str) {
+    sqlx::query("INSERT INTO processed_messages (message_id, kind) VALUES (?, ?)")
+        .bind(uuid::Uuid::new_v4())
+        .bind(kind)
+        .execute(pool)
+        .await
+        .expect("the picked server takes the write");
+}
+
+/// How many databases named `name` a server has: 0 or 1.
+fn schemata(name: &str) -> String {
+    format!("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = '{name}'")
+}
+
+#[tokio::test]
+async fn database_urls_pass_over_a_server_that_is_up_but_read_only() {
+    // A replica as MariaDB runs one: up, answering, `read_only` on. Listed first.
+    let replica = MariaDbNode::start(&["--read-only"]);
+    assert_eq!(replica.sql("SELECT @@global.read_only"), "1");
+    let db = pick_between(&replica, "mysql_ro").await;
+
+    assert_eq!(port_of(&db.pool).await, machine_port().await);
+    assert_ne!(port_of(&db.pool).await, i64::from(replica.port));
+    write_through(&db.pool, "on the primary").await;
+    let mut admin = MySqlConnection::connect(&mysql_server())
+        .await
+        .expect("the machine's MariaDB");
+    let landed: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM `{}`.processed_messages WHERE kind = 'on the primary'",
+        db.name
+    )))
+    .fetch_one(&mut admin)
+    .await
+    .expect("the service's table on the machine's server");
+    assert_eq!(landed, 1);
+
+    // Nothing of the service's reached the replica: not even its database.
+    assert_eq!(
+        replica.sql(&schemata(&db.name)),
+        "0",
+        "the read-only server was written to"
+    );
+    // And `read_only` alone would not have kept it out: root holds READ_ONLY ADMIN (part of
+    // ALL PRIVILEGES), so on the replica the database and the migrations would have gone
+    // through. Only the `@@read_only` check sent the service to the other server.
+    replica.sql("CREATE DATABASE root_writes_despite_read_only");
+}
+
+#[tokio::test]
+async fn database_urls_lead_to_the_first_of_two_servers_that_take_writes() {
+    // The same list as above with the private server writable: this time it is the one
+    // picked, so the test above passes for `read_only`, not for the servers' places.
+    let first = MariaDbNode::start(&[]);
+    let db = pick_between(&first, "mysql_rw").await;
+
+    assert_eq!(port_of(&db.pool).await, i64::from(first.port));
+    write_through(&db.pool, "on the first").await;
+    assert_eq!(
+        first.sql(&format!(
+            "SELECT COUNT(*) FROM `{}`.processed_messages WHERE kind = 'on the first'",
+            db.name
+        )),
+        "1"
+    );
+    let mut admin = MySqlConnection::connect(&mysql_server())
+        .await
+        .expect("the machine's MariaDB");
+    let on_the_second: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(schemata(&db.name)))
+        .fetch_one(&mut admin)
+        .await
+        .expect("the machine's schemata");
+    assert_eq!(on_the_second, 0, "the second server was written to");
 }

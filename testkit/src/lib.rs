@@ -1,18 +1,21 @@
 //! Test support for the services' integration and end-to-end tests, never built into a
 //! service: isolation against the real PostgreSQL (or MySQL), Redis and RabbitMQ (a database, a Redis
-//! key prefix and an AMQP vhost per test), child processes, a TCP proxy to cut connections,
-//! and private servers (a PostgreSQL node and standby, Redis and Sentinel, a RabbitMQ
-//! cluster, TLS endpoints) started on ports of their own; and the checks both services' tests
+//! key prefix and an AMQP vhost per test), one scenario run on each database backend, child
+//! processes, a TCP proxy to cut connections, and private servers (a PostgreSQL node and
+//! standby, a MariaDB server, Redis and Sentinel, a RabbitMQ cluster, TLS endpoints) started
+//! on ports of their own; and the checks both services' tests
 //! share (problem+json answers, the edge's refusals, a drain after SIGTERM, the settings each
 //! refuses, the OpenAPI document).
 
 mod amqp_probe;
+mod backend;
 pub mod captured_log;
 mod chaos;
 mod edge;
 mod http;
 mod isolation;
 mod logs;
+pub mod mariadb;
 pub mod mysql;
 pub mod openapi;
 pub mod postgres;
@@ -26,6 +29,7 @@ pub mod tls;
 mod wait;
 
 pub use amqp_probe::{AmqpProbe, Received, event_envelope};
+pub use backend::{Backend, BackendDatabase, uuid_literal};
 pub use chaos::ChaosProxy;
 pub use edge::{assert_busy, saturated_pool, status_of};
 pub use http::{

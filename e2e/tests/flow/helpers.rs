@@ -1,11 +1,12 @@
-//! `Stack`: order-service and inventory-service on random ports with their own databases and
-//! Redis prefixes, sharing one RabbitMQ vhost, like a deployment in miniature.
+//! `Stack`: order-service and inventory-service on random ports with their own databases (on
+//! the backend the test names) and Redis prefixes, sharing one RabbitMQ vhost, like a
+//! deployment in miniature.
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use testkit::{AmqpProbe, TestDatabase, TestVhost};
+use testkit::{AmqpProbe, Backend, BackendDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 
 pub const ADMIN: &str = "e2e-admin-token";
@@ -38,8 +39,8 @@ pub struct Stack {
     pub orders: Running,
     pub inventory: Option<Running>,
     pub vhost: TestVhost,
-    pub order_db: TestDatabase,
-    pub inventory_db: TestDatabase,
+    pub order_db: BackendDatabase,
+    pub inventory_db: BackendDatabase,
     pub client: reqwest::Client,
     /// Sent as `Authorization: Bearer` to order-service (identity on).
     pub bearer: Option<String>,
@@ -53,21 +54,24 @@ pub struct Stack {
 }
 
 impl Stack {
-    pub async fn spawn() -> Self {
-        Self::spawn_with(true, |_| {}).await
+    /// Both services, on databases of `backend`.
+    pub async fn spawn(backend: Backend) -> Self {
+        Self::spawn_with(backend, true, |_| {}).await
     }
 
     /// `with_inventory: false` starts only order-service (inventory "down" until
     /// [`Stack::start_inventory`]).
     pub async fn spawn_with(
+        backend: Backend,
         with_inventory: bool,
         configure_orders: impl FnOnce(&mut order_service::config::Config),
     ) -> Self {
         testkit::init_logs();
         let vhost = TestVhost::create();
-        let order_db = TestDatabase::create("e2e_orders", &order_service::MIGRATOR).await;
+        let order_db =
+            BackendDatabase::create(backend, "e2e_orders", order_service::migrators()).await;
         let inventory_db =
-            TestDatabase::create("e2e_inventory", &inventory_service::MIGRATOR).await;
+            BackendDatabase::create(backend, "e2e_inventory", inventory_service::migrators()).await;
         // Bind inventory's port now, so order-service knows where to reconcile.
         let inventory_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
         inventory_listener
@@ -76,7 +80,7 @@ impl Stack {
         let inventory_addr = inventory_listener.local_addr().expect("addr");
         let mut order_config = order_service::config::Config {
             http_addr: "127.0.0.1:0".parse().expect("address"),
-            database_urls: vec![order_db.url.clone()],
+            database_urls: vec![order_db.url().to_owned()],
             database_max_connections: 10,
             redis_url: testkit::redis_url(),
             redis_key_prefix: testkit::redis_prefix(),
@@ -113,7 +117,7 @@ impl Stack {
     pub async fn start_inventory(&mut self) {
         let config = inventory_service::Config {
             http_addr: self.inventory_addr,
-            database_urls: vec![self.inventory_db.url.clone()],
+            database_urls: vec![self.inventory_db.url().to_owned()],
             database_max_connections: 10,
             redis_url: testkit::redis_url(),
             redis_key_prefix: self.inventory_prefix.clone(),
@@ -211,14 +215,12 @@ impl Stack {
     /// Waits until order-service has recorded that inventory released `order_id`'s stock,
     /// and checks that inventory's reservation says so too.
     pub async fn released(&self, order_id: &str) {
+        let sql = format!(
+            "SELECT count(*) FROM orders WHERE order_id = {} AND released_at IS NOT NULL",
+            testkit::uuid_literal(self.order_db.backend(), order_id)
+        );
         eventually(Duration::from_secs(30), || async {
-            let released_at: Option<chrono::DateTime<chrono::Utc>> =
-                sqlx::query_scalar("SELECT released_at FROM orders WHERE order_id = $1::uuid")
-                    .bind(order_id)
-                    .fetch_one(&self.order_db.pool)
-                    .await
-                    .expect("released_at");
-            released_at
+            (self.order_db.count(&sql).await == 1).then_some(())
         })
         .await;
         let reservation = self.reservation(order_id).await.expect("reservation");
@@ -291,11 +293,9 @@ impl Stack {
         reservation_of(request).await
     }
 
-    pub async fn inventory_count(&self, sql: &'static str) -> i64 {
-        sqlx::query_scalar(sql)
-            .fetch_one(&self.inventory_db.pool)
-            .await
-            .expect("count")
+    /// A count from inventory's database (`sql` read alike by both backends).
+    pub async fn inventory_count(&self, sql: &str) -> i64 {
+        self.inventory_db.count(sql).await
     }
 }
 

@@ -9,8 +9,11 @@ use order_service::identity::IdentityConfig;
 use order_service::identity::settings::KeySource;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
+use testkit::Backend;
 
 use crate::helpers::{Stack, id};
+
+testkit::on_each_backend!(a_users_order_settles_cancels_and_is_reconciled_with_identity_on);
 
 const SECRET: &[u8] = b"the e2e identity secret, 32 bytes or more";
 
@@ -26,9 +29,8 @@ fn token_of(user: &str) -> String {
     .expect("a token")
 }
 
-#[tokio::test]
-async fn a_users_order_settles_cancels_and_is_reconciled_with_identity_on() {
-    let mut stack = Stack::spawn_with(false, |c| {
+async fn a_users_order_settles_cancels_and_is_reconciled_with_identity_on(backend: Backend) {
+    let mut stack = Stack::spawn_with(backend, false, |c| {
         c.identity = IdentityConfig {
             keys: Some(KeySource::Secret(SECRET.to_vec())),
             ..Default::default()

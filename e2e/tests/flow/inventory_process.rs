@@ -8,7 +8,7 @@
 use std::process::Child;
 
 use serde_json::Value;
-use testkit::{TestDatabase, TestVhost, signal};
+use testkit::{TestVhost, signal};
 
 use crate::helpers::{ADMIN, create_product, reservation_of, stock_of};
 
@@ -19,13 +19,14 @@ pub struct InventoryProcess {
 }
 
 impl InventoryProcess {
-    /// Starts inventory-service on `db` and `vhost` and waits until it is ready.
-    pub async fn start(db: &TestDatabase, vhost: &TestVhost) -> Self {
+    /// Starts inventory-service on the database `database_url` names (either backend) and
+    /// `vhost`, and waits until it is ready.
+    pub async fn start(database_url: &str, vhost: &TestVhost) -> Self {
         let port = testkit::free_port();
         let child = testkit::service_command_on(
             port,
             env!("CARGO_BIN_EXE_inventory-service-process"),
-            &db.url,
+            database_url,
             &vhost.url,
         )
         .env("ADMIN_TOKEN", ADMIN)

@@ -4,12 +4,14 @@
 use std::time::Duration;
 
 use shared::keys;
+use testkit::Backend;
 
 use crate::helpers::{Stack, id};
 
-#[tokio::test]
-async fn a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once() {
-    let mut stack = Stack::spawn_with(true, |c| {
+testkit::on_each_backend!(a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once);
+
+async fn a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once(backend: Backend) {
+    let mut stack = Stack::spawn_with(backend, true, |c| {
         c.reconcile_after = Duration::from_millis(300);
         c.reconcile_every = Duration::from_millis(200);
     })
@@ -26,11 +28,10 @@ async fn a_lost_cancellation_is_sent_again_and_its_stock_comes_back_once() {
     // Invariant 1: initial stock − final stock = units of the confirmed, uncancelled orders.
     assert_eq!(10 - stack.stock(1001).await, 2);
     assert_eq!(stack.order(&id(&kept)).await["status"], "CONFIRMED");
-    let sent: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'")
-            .fetch_one(&stack.order_db.pool)
-            .await
-            .expect("count");
+    let sent = stack
+        .order_db
+        .count("SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'")
+        .await;
     assert!(
         sent >= 2,
         "the lost cancellation and at least one sent again"

@@ -4,12 +4,18 @@ use std::time::Duration;
 
 use serde_json::json;
 use shared::keys;
+use testkit::Backend;
 
 use crate::helpers::{Stack, eventually, id};
 
-#[tokio::test]
-async fn orders_taken_while_inventory_is_down_settle_when_it_returns() {
-    let mut stack = Stack::spawn_with(false, |_| {}).await;
+testkit::on_each_backend!(
+    orders_taken_while_inventory_is_down_settle_when_it_returns,
+    reconciliation_publishes_again_an_order_whose_event_was_lost,
+    inventory_restarting_in_the_middle_of_a_sale_loses_and_repeats_nothing,
+);
+
+async fn orders_taken_while_inventory_is_down_settle_when_it_returns(backend: Backend) {
+    let mut stack = Stack::spawn_with(backend, false, |_| {}).await;
     let pending: Vec<_> = futures_util::future::join_all(
         (0..5).map(|_| stack.place(json!([{"product_id": 1001, "quantity": 1}]))),
     )
@@ -26,9 +32,8 @@ async fn orders_taken_while_inventory_is_down_settle_when_it_returns() {
     }
 }
 
-#[tokio::test]
-async fn reconciliation_publishes_again_an_order_whose_event_was_lost() {
-    let mut stack = Stack::spawn_with(false, |c| {
+async fn reconciliation_publishes_again_an_order_whose_event_was_lost(backend: Backend) {
+    let mut stack = Stack::spawn_with(backend, false, |c| {
         c.reconcile_after = Duration::from_millis(300);
         c.reconcile_every = Duration::from_millis(200);
     })
@@ -58,9 +63,8 @@ async fn reconciliation_publishes_again_an_order_whose_event_was_lost() {
     assert_eq!(stack.stock(1001).await, 4);
 }
 
-#[tokio::test]
-async fn inventory_restarting_in_the_middle_of_a_sale_loses_and_repeats_nothing() {
-    let mut stack = Stack::spawn().await;
+async fn inventory_restarting_in_the_middle_of_a_sale_loses_and_repeats_nothing(backend: Backend) {
+    let mut stack = Stack::spawn(backend).await;
     stack.create_product(1001, 30).await;
     let mut orders = Vec::new();
     for _ in 0..20 {

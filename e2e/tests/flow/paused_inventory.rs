@@ -8,36 +8,35 @@ use std::time::Duration;
 
 use serde_json::json;
 use shared::keys;
+use testkit::Backend;
 
 use crate::helpers::{SETTLE, Stack, eventually, id};
 use crate::inventory_process::InventoryProcess;
 
+testkit::on_each_backend!(
+    a_cancellation_racing_its_creation_is_released_without_a_retry_or_redelivery
+);
+
 const ROUNDS: usize = 200;
 const STOCK: i64 = 1_000;
 
-async fn count(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(pool)
-        .await
-        .expect("count")
-}
-
 /// Outbox rows of the order the broker has not confirmed yet.
 async fn unsent(stack: &Stack, order_id: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM outbox \
-         WHERE status <> 'sent' AND payload->'payload'->>'order_id' = $1",
-    )
-    .bind(order_id)
-    .fetch_one(&stack.order_db.pool)
-    .await
-    .expect("unsent")
+    let unsent = "SELECT count(*) FROM outbox WHERE status <> 'sent'";
+    stack
+        .order_db
+        .scalar(
+            &format!("{unsent} AND payload->'payload'->>'order_id' = '{order_id}'"),
+            &format!("{unsent} AND JSON_VALUE(payload, '$.payload.order_id') = '{order_id}'"),
+        )
+        .await
 }
 
-#[tokio::test]
-async fn a_cancellation_racing_its_creation_is_released_without_a_retry_or_redelivery() {
-    let stack = Stack::spawn_with(false, |_| {}).await;
-    let inventory = InventoryProcess::start(&stack.inventory_db, &stack.vhost).await;
+async fn a_cancellation_racing_its_creation_is_released_without_a_retry_or_redelivery(
+    backend: Backend,
+) {
+    let stack = Stack::spawn_with(backend, false, |_| {}).await;
+    let inventory = InventoryProcess::start(stack.inventory_db.url(), &stack.vhost).await;
     inventory.create_product(1001, STOCK).await;
 
     let (mut released, mut tombstoned) = (0, 0);
@@ -76,17 +75,15 @@ async fn a_cancellation_racing_its_creation_is_released_without_a_retry_or_redel
     );
 
     // Quiet: every event either side wrote was published and consumed by the other.
-    let (orders, inventory_db) = (&stack.order_db.pool, &stack.inventory_db.pool);
+    let (orders, inventory_db) = (&stack.order_db, &stack.inventory_db);
     let sent_to_inventory = eventually(Duration::from_secs(30), || async {
-        let unsent = count(orders, "SELECT count(*) FROM outbox WHERE status <> 'sent'").await
-            + count(
-                inventory_db,
-                "SELECT count(*) FROM outbox WHERE status <> 'sent'",
-            )
+        let unsent = "SELECT count(*) FROM outbox WHERE status <> 'sent'";
+        let unsent = orders.count(unsent).await + inventory_db.count(unsent).await;
+        let to_inventory = orders.count("SELECT count(*) FROM outbox").await;
+        let consumed_by_orders = orders
+            .count("SELECT count(*) FROM processed_messages")
             .await;
-        let to_inventory = count(orders, "SELECT count(*) FROM outbox").await;
-        let consumed_by_orders = count(orders, "SELECT count(*) FROM processed_messages").await;
-        let from_inventory = count(inventory_db, "SELECT count(*) FROM outbox").await;
+        let from_inventory = inventory_db.count("SELECT count(*) FROM outbox").await;
         let handled = inventory
             .counter("messages_consumed_total", "result=\"applied\"")
             .await;
@@ -110,11 +107,9 @@ async fn a_cancellation_racing_its_creation_is_released_without_a_retry_or_redel
     // Invariant 1: no order holds a deduction, so all the stock is there.
     assert_eq!(inventory.stock(1001).await, STOCK);
     assert_eq!(
-        count(
-            inventory_db,
-            "SELECT count(*) FROM reservations WHERE state = 'APPLIED'"
-        )
-        .await,
+        inventory_db
+            .count("SELECT count(*) FROM reservations WHERE state = 'APPLIED'")
+            .await,
         0
     );
 }

@@ -2,13 +2,24 @@
 
 use serde_json::json;
 use shared::keys;
+use testkit::Backend;
 use uuid::Uuid;
 
 use crate::helpers::{SETTLE, Stack, eventually, id};
 
-#[tokio::test]
-async fn an_order_with_stock_is_confirmed_and_deducted() {
-    let stack = Stack::spawn().await;
+testkit::on_each_backend!(
+    an_order_with_stock_is_confirmed_and_deducted,
+    orders_without_stock_or_product_are_rejected_with_their_reason,
+    a_multi_item_order_is_all_or_nothing,
+    cancelling_a_confirmed_order_gives_its_stock_back_exactly_once,
+    a_cancellation_seen_before_the_creation_leaves_nothing_deducted,
+    the_same_creation_delivered_twice_is_applied_once,
+    a_poison_order_event_is_dead_lettered_and_orders_keep_flowing,
+    one_trace_id_follows_an_order_across_both_services,
+);
+
+async fn an_order_with_stock_is_confirmed_and_deducted(backend: Backend) {
+    let stack = Stack::spawn(backend).await;
     stack.create_product(1001, 10).await;
     let order = stack
         .place(json!([{"product_id": 1001, "quantity": 3}]))
@@ -20,9 +31,8 @@ async fn an_order_with_stock_is_confirmed_and_deducted() {
     assert_eq!(reservation["state"], "APPLIED");
 }
 
-#[tokio::test]
-async fn orders_without_stock_or_product_are_rejected_with_their_reason() {
-    let stack = Stack::spawn().await;
+async fn orders_without_stock_or_product_are_rejected_with_their_reason(backend: Backend) {
+    let stack = Stack::spawn(backend).await;
     stack.create_product(1001, 2).await;
     let short = stack
         .place(json!([{"product_id": 1001, "quantity": 3}]))
@@ -46,9 +56,8 @@ async fn orders_without_stock_or_product_are_rejected_with_their_reason() {
     assert_eq!(stack.stock(1001).await, 2);
 }
 
-#[tokio::test]
-async fn a_multi_item_order_is_all_or_nothing() {
-    let stack = Stack::spawn().await;
+async fn a_multi_item_order_is_all_or_nothing(backend: Backend) {
+    let stack = Stack::spawn(backend).await;
     stack.create_product(1, 10).await;
     stack.create_product(2, 1).await;
     let order = stack
@@ -64,9 +73,8 @@ async fn a_multi_item_order_is_all_or_nothing() {
     assert_eq!((stack.stock(1).await, stack.stock(2).await), (6, 0));
 }
 
-#[tokio::test]
-async fn cancelling_a_confirmed_order_gives_its_stock_back_exactly_once() {
-    let stack = Stack::spawn().await;
+async fn cancelling_a_confirmed_order_gives_its_stock_back_exactly_once(backend: Backend) {
+    let stack = Stack::spawn(backend).await;
     stack.create_product(1001, 10).await;
     let order = stack
         .place(json!([{"product_id": 1001, "quantity": 4}]))
@@ -78,19 +86,25 @@ async fn cancelling_a_confirmed_order_gives_its_stock_back_exactly_once() {
     assert_eq!(stack.cancel(&id(&order)).await["status"], "CANCELLED");
     // The cancellation message delivered once more, as a broker redelivery would.
     let probe = stack.probe().await;
-    let cancelled_event: (uuid::Uuid, serde_json::Value) = sqlx::query_as(
-        "SELECT event_id, payload FROM outbox WHERE routing_key = 'order.cancelled'",
-    )
-    .fetch_one(&stack.order_db.pool)
-    .await
-    .expect("the cancellation event");
-    let body = cancelled_event.1.to_string();
+    // The envelope as the relay sent it; its event id is the message's id.
+    let body: String = stack
+        .order_db
+        .scalar(
+            "SELECT payload::text FROM outbox WHERE routing_key = 'order.cancelled'",
+            "SELECT CAST(payload AS CHAR) FROM outbox WHERE routing_key = 'order.cancelled'",
+        )
+        .await;
+    let event_id =
+        serde_json::from_str::<serde_json::Value>(&body).expect("an envelope")["event_id"]
+            .as_str()
+            .expect("its event id")
+            .to_owned();
     probe
         .publish(
             keys::ORDERS_EXCHANGE,
             keys::ORDER_CANCELLED,
             body.as_bytes(),
-            Some(&cancelled_event.0.to_string()),
+            Some(&event_id),
         )
         .await;
 
@@ -118,9 +132,8 @@ async fn cancelling_a_confirmed_order_gives_its_stock_back_exactly_once() {
     assert_eq!(stack.order(&id(&order)).await["status"], "CANCELLED");
 }
 
-#[tokio::test]
-async fn a_cancellation_seen_before_the_creation_leaves_nothing_deducted() {
-    let stack = Stack::spawn().await;
+async fn a_cancellation_seen_before_the_creation_leaves_nothing_deducted(backend: Backend) {
+    let stack = Stack::spawn(backend).await;
     stack.create_product(1001, 10).await;
     let probe = stack.probe().await;
     let order_id = Uuid::now_v7();
@@ -176,9 +189,8 @@ async fn a_cancellation_seen_before_the_creation_leaves_nothing_deducted() {
     assert_eq!(stack.stock(1001).await, 10);
 }
 
-#[tokio::test]
-async fn the_same_creation_delivered_twice_is_applied_once() {
-    let stack = Stack::spawn().await;
+async fn the_same_creation_delivered_twice_is_applied_once(backend: Backend) {
+    let stack = Stack::spawn(backend).await;
     stack.create_product(1001, 10).await;
     let probe = stack.probe().await;
     let event_id = Uuid::now_v7().to_string();
@@ -216,9 +228,8 @@ async fn the_same_creation_delivered_twice_is_applied_once() {
     );
 }
 
-#[tokio::test]
-async fn a_poison_order_event_is_dead_lettered_and_orders_keep_flowing() {
-    let stack = Stack::spawn().await;
+async fn a_poison_order_event_is_dead_lettered_and_orders_keep_flowing(backend: Backend) {
+    let stack = Stack::spawn(backend).await;
     stack.create_product(1001, 10).await;
     let probe = stack.probe().await;
     probe
@@ -245,9 +256,8 @@ async fn a_poison_order_event_is_dead_lettered_and_orders_keep_flowing() {
     );
 }
 
-#[tokio::test]
-async fn one_trace_id_follows_an_order_across_both_services() {
-    let stack = Stack::spawn().await;
+async fn one_trace_id_follows_an_order_across_both_services(backend: Backend) {
+    let stack = Stack::spawn(backend).await;
     stack.create_product(1001, 10).await;
     let trace_id = "0af7651916cd43dd8448eb211c80319c";
     let traceparent = format!("00-{trace_id}-b7ad6b7169203331-01");
@@ -260,12 +270,14 @@ async fn one_trace_id_follows_an_order_across_both_services() {
     assert_eq!(stack.settled(&id(&order)).await["status"], "CONFIRMED");
     // inventory.reserved was written by inventory-service while handling order.created:
     // its headers continue the trace the client started at order-service.
-    let traceparent: String = sqlx::query_scalar(
-        "SELECT headers->>'traceparent' FROM outbox WHERE routing_key = 'inventory.reserved'",
-    )
-    .fetch_one(&stack.inventory_db.pool)
-    .await
-    .expect("inventory's event");
+    let traceparent: String = stack
+        .inventory_db
+        .scalar(
+            "SELECT headers->>'traceparent' FROM outbox WHERE routing_key = 'inventory.reserved'",
+            "SELECT JSON_VALUE(headers, '$.traceparent') FROM outbox \
+             WHERE routing_key = 'inventory.reserved'",
+        )
+        .await;
     assert!(
         traceparent.starts_with(&format!("00-{trace_id}-")),
         "{traceparent}"

@@ -1,7 +1,9 @@
 //! `reservations`: what inventory did with each order's stock. Every statement is checked
 //! against the migrations at build time (`sqlx::query!`, offline data in `.sqlx/`); on MySQL,
-//! the statements of `inventory_mysql::reservations` (each function holds both, one `match`
-//! on the connection at its top).
+//! the statements of `inventory_mysql::reservations`, called through its `mysql` module (each
+//! function holds PostgreSQL's statement and one `match` on the connection at its top).
+
+mod mysql;
 
 use chrono::{DateTime, Utc};
 use platform::messaging::outbox::{NewOutboxRow, OutboxColumns};
@@ -9,7 +11,6 @@ use platform::storage::Conn;
 use shared::events::{LineItem, RejectionReason};
 use shared::ids::{OrderId, ProductId};
 pub use shared::reservation::ReservationState;
-use sqlx::Acquire;
 use sqlx::types::Json;
 use uuid::Uuid;
 
@@ -59,25 +60,6 @@ impl TryFrom<StoredReservation> for Reservation {
     }
 }
 
-impl TryFrom<inventory_mysql::reservations::ReservationRow> for Reservation {
-    type Error = sqlx::Error;
-
-    /// MySQL's row: the same columns, the items as JSON read into line items here.
-    fn try_from(row: inventory_mysql::reservations::ReservationRow) -> Result<Self, sqlx::Error> {
-        let items = serde_json::from_value(row.items).map_err(|e| sqlx::Error::ColumnDecode {
-            index: "items".to_owned(),
-            source: Box::new(e),
-        })?;
-        Reservation::try_from(StoredReservation {
-            order_id: row.order_id,
-            state: row.state,
-            items: Json(items),
-            rejection_reason: row.rejection_reason,
-            updated_at: row.updated_at,
-        })
-    }
-}
-
 /// The primary key on the order id: one reservation (or tombstone) per order. A duplicate of
 /// it names `PRIMARY` on MySQL (`inventory_mysql::reservations::KEY` is this same name).
 pub const KEY: &str = "reservations_pkey";
@@ -113,32 +95,7 @@ pub async fn read_batch(
     let conn = match conn {
         Conn::Postgres(conn) => conn,
         Conn::MySql(conn) => {
-            // Outside a transaction, as PostgreSQL's one statement: each of its statements is
-            // its own, and the products' locks end with the one that took them.
-            let read = inventory_mysql::reservations::read_batch(
-                conn,
-                message_ids,
-                order_ids,
-                &products,
-                cancelled,
-            )
-            .await?;
-            return Ok(BatchRead {
-                seen: read.seen,
-                reservations: read
-                    .reservations
-                    .into_iter()
-                    .map(Reservation::try_from)
-                    .collect::<sqlx::Result<_>>()?,
-                stock: StockRead {
-                    rows: read
-                        .stock
-                        .into_iter()
-                        .map(|(id, row)| (ProductId(id), StockRow::from(row)))
-                        .collect(),
-                    busy: read.busy.into_iter().map(ProductId).collect(),
-                },
-            });
+            return mysql::read_batch(conn, message_ids, order_ids, &products, cancelled).await;
         }
     };
     // The statement runs on a session that plans it once for any values (`planned_once`), so
@@ -247,7 +204,7 @@ pub struct BatchWrite<'a> {
 pub async fn write_batch(conn: Conn<'_>, write: &BatchWrite<'_>) -> sqlx::Result<()> {
     let conn = match conn {
         Conn::Postgres(conn) => conn,
-        Conn::MySql(conn) => return write_batch_mysql(conn, write).await,
+        Conn::MySql(conn) => return mysql::write_batch(conn, write).await,
     };
     let judged_ids: Vec<i64> = write.judged.iter().map(|(id, _)| id.0).collect();
     let judged_versions: Vec<i64> = write.judged.iter().map(|(_, row)| row.version).collect();
@@ -352,49 +309,10 @@ pub async fn write_batch(conn: Conn<'_>, write: &BatchWrite<'_>) -> sqlx::Result
     .map(drop)
 }
 
-/// [`write_batch`] on MySQL: the same rows, written by `inventory_mysql::reservations` in one
-/// transaction of several statements (a savepoint inside the caller's), committed here.
-async fn write_batch_mysql(
-    conn: &mut sqlx::MySqlConnection,
-    write: &BatchWrite<'_>,
-) -> sqlx::Result<()> {
-    let inserted = write
-        .inserted
-        .iter()
-        .map(|r| {
-            Ok(inventory_mysql::reservations::NewReservation {
-                order_id: r.order_id.0,
-                state: r.state.as_str().to_owned(),
-                items: serde_json::to_value(&r.items)
-                    .map_err(|e| sqlx::Error::Encode(Box::new(e)))?,
-                rejection_reason: r.rejection_reason.map(|r| r.as_str().to_owned()),
-            })
-        })
-        .collect::<sqlx::Result<_>>()?;
-    let mysql = inventory_mysql::reservations::BatchWrite {
-        judged: write
-            .judged
-            .iter()
-            .map(|(id, row)| (id.0, (*row).into()))
-            .collect(),
-        changes: write.changes.iter().map(|c| (*c).into()).collect(),
-        inserted,
-        released: write.released.clone(),
-        recorded: write.recorded.clone(),
-        outbox: write.outbox.iter().map(NewOutboxRow::as_mysql).collect(),
-    };
-    let mut tx = conn.begin().await?;
-    inventory_mysql::reservations::write_batch(&mut tx, &mysql).await?;
-    tx.commit().await
-}
-
 pub async fn find(conn: Conn<'_>, order_id: OrderId) -> sqlx::Result<Option<Reservation>> {
     let conn = match conn {
         Conn::Postgres(conn) => conn,
-        Conn::MySql(conn) => {
-            let row = inventory_mysql::reservations::find(conn, order_id.0).await?;
-            return row.map(Reservation::try_from).transpose();
-        }
+        Conn::MySql(conn) => return mysql::find(conn, order_id).await,
     };
     let row = sqlx::query_as!(
         StoredReservation,

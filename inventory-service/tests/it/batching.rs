@@ -90,7 +90,7 @@ async fn two_batches(
 /// Committing transactions that wrote deductions: rows inserted together share `xmin`.
 async fn commits_that_wrote_deductions(app: &TestApp) -> i64 {
     sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM deductions")
-        .fetch_one(&app.db)
+        .fetch_one(app.db())
         .await
         .expect("a count")
 }
@@ -213,7 +213,7 @@ async fn a_deduction_whose_client_left_while_it_queued_is_not_applied() {
     );
     let recorded: i64 =
         sqlx::query_scalar("SELECT count(*) FROM deductions WHERE deduction_id = 'gone'")
-            .fetch_one(&app.db)
+            .fetch_one(app.db())
             .await
             .expect("a count");
     assert_eq!(recorded, 0);

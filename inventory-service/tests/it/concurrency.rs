@@ -20,7 +20,7 @@ async fn two_hundred_concurrent_deductions_on_a_stock_of_fifty_apply_exactly_fif
     // Rows written by one transaction share its id: requests that arrived while a batch ran
     // were written together by the next one.
     let commits: i64 = sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM deductions")
-        .fetch_one(&app.db)
+        .fetch_one(app.db())
         .await
         .expect("a count");
     assert!(commits < 200, "{commits} commits for 200 deductions");
@@ -61,7 +61,7 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
     let app = TestApp::spawn().await;
     let product = ProductId(1);
     products::queries::insert(
-        Conn::from(&mut *app.db.acquire().await.expect("a connection")),
+        Conn::from(&mut *app.db().acquire().await.expect("a connection")),
         &NewProduct::parse(1, "Last unit", 1).expect("valid"),
     )
     .await
@@ -75,7 +75,7 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
 
     // A locks the product and reads stock 1 at some version...
     let a_locks = stalling.acquire(product).await.expect("A's lock");
-    let mut a_tx = app.db.begin().await.expect("A's transaction");
+    let mut a_tx = app.db().begin().await.expect("A's transaction");
     let stale = stock_of(&mut a_tx, product).await;
     assert_eq!(stale.stock, 1);
 
@@ -90,7 +90,7 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell() {
         .acquire(product)
         .await
         .expect("B's lock, once A's expired");
-    let mut b_conn = app.db.acquire().await.expect("B's connection");
+    let mut b_conn = app.db().acquire().await.expect("B's connection");
     let fresh = stock_of(&mut b_conn, product).await;
     assert_eq!(b_locks.ensure_held(), Ok(()));
     deduct_one(&mut b_conn, product, fresh)
@@ -161,7 +161,7 @@ async fn restocks_between_batches_are_sold_and_never_oversold() {
     assert_eq!(app.stock(1).await, 0);
     let recorded: i64 =
         sqlx::query_scalar("SELECT count(*) FROM deductions WHERE status = 'APPLIED'")
-            .fetch_one(&app.db)
+            .fetch_one(app.db())
             .await
             .expect("count");
     assert_eq!(recorded, 100);

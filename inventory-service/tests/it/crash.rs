@@ -1,11 +1,13 @@
 //! The real binary, killed (`kill -9`) or paused (`SIGSTOP`, past its locks' TTL) in the
-//! middle of a stream of orders: every order is still handled exactly once, and the stock adds
+//! middle of a stream of orders, on PostgreSQL and on MariaDB: every order is still handled exactly once, and the stock adds
 //! up (docs/contract.md §4.3, invariants 1, 2 and 5).
 
 use std::time::Duration;
 
 use shared::keys;
-use testkit::{self, AmqpProbe, KilledOnDrop, TestDatabase, TestVhost, eventually, signal};
+use testkit::{
+    self, AmqpProbe, Backend, BackendDatabase, KilledOnDrop, TestVhost, eventually, signal,
+};
 use uuid::Uuid;
 
 use crate::helpers::publish_order_created;
@@ -19,10 +21,15 @@ const ORDERS_FOR_PAUSES: i64 = 2000;
 /// The most the pause scenario publishes before it gives up finding a pause that caught a lock.
 const MOST_ORDERS_FOR_PAUSES: i64 = 5 * ORDERS_FOR_PAUSES;
 
-fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)]) -> KilledOnDrop {
+fn start(
+    db: &BackendDatabase,
+    vhost: &TestVhost,
+    prefix: &str,
+    env: &[(&str, &str)],
+) -> KilledOnDrop {
     let child = testkit::service_command(
         env!("CARGO_BIN_EXE_inventory-service"),
-        &db.url,
+        db.url(),
         &vhost.url,
         prefix,
     )
@@ -33,28 +40,23 @@ fn start(db: &TestDatabase, vhost: &TestVhost, prefix: &str, env: &[(&str, &str)
     KilledOnDrop(child)
 }
 
-async fn count(db: &TestDatabase, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(&db.pool)
-        .await
-        .expect("count")
-}
-
-async fn processed(db: &TestDatabase) -> i64 {
-    count(db, "SELECT count(*) FROM processed_messages").await
+async fn processed(db: &BackendDatabase) -> i64 {
+    db.count("SELECT count(*) FROM processed_messages").await
 }
 
 /// A product with [`STOCK`] units and `orders` one-unit orders for it already queued, as
 /// order-service would have published them.
-async fn stream_of_orders(name: &str, orders: i64) -> (TestDatabase, TestVhost, AmqpProbe) {
+async fn stream_of_orders(
+    backend: Backend,
+    name: &str,
+    orders: i64,
+) -> (BackendDatabase, TestVhost, AmqpProbe) {
     testkit::init_logs();
-    let db = TestDatabase::create(name, &inventory_service::MIGRATOR).await;
+    let db = BackendDatabase::create(backend, name, inventory_service::migrators()).await;
     let vhost = TestVhost::create();
-    sqlx::query("INSERT INTO products (product_id, name, stock) VALUES (1, 'Under test', $1)")
-        .bind(STOCK)
-        .execute(&db.pool)
-        .await
-        .expect("product");
+    let product =
+        format!("INSERT INTO products (product_id, name, stock) VALUES (1, 'Under test', {STOCK})");
+    db.execute(&product, &product).await;
     let probe = AmqpProbe::connect(&vhost.url).await;
     for _ in 0..orders {
         publish_order_created(&probe, Uuid::now_v7(), &[(1, 1)]).await;
@@ -63,29 +65,25 @@ async fn stream_of_orders(name: &str, orders: i64) -> (TestDatabase, TestVhost, 
 }
 
 /// One verdict per order, stock consumed exactly by the applied ones, nothing dead-lettered.
-async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe, orders: i64) {
-    let applied = count(
-        db,
-        "SELECT count(*) FROM reservations WHERE state = 'APPLIED'",
-    )
-    .await;
-    let rejected = count(
-        db,
-        "SELECT count(*) FROM reservations WHERE state = 'REJECTED'",
-    )
-    .await;
-    let remaining = count(db, "SELECT stock FROM products WHERE product_id = 1").await;
+async fn assert_every_order_handled_once(db: &BackendDatabase, probe: &AmqpProbe, orders: i64) {
+    let applied = db
+        .count("SELECT count(*) FROM reservations WHERE state = 'APPLIED'")
+        .await;
+    let rejected = db
+        .count("SELECT count(*) FROM reservations WHERE state = 'REJECTED'")
+        .await;
+    let remaining = db
+        .count("SELECT stock FROM products WHERE product_id = 1")
+        .await;
     assert_eq!(
         (applied, rejected),
         (STOCK, orders - STOCK),
         "one verdict per order"
     );
     assert_eq!(remaining, 0, "initial stock − final stock = units applied");
-    let verdicts = count(
-        db,
-        "SELECT count(*) FROM outbox WHERE routing_key LIKE 'inventory.%'",
-    )
-    .await;
+    let verdicts = db
+        .count("SELECT count(*) FROM outbox WHERE routing_key LIKE 'inventory.%'")
+        .await;
     assert_eq!(
         verdicts, orders,
         "one event per order, none lost, none doubled"
@@ -94,9 +92,13 @@ async fn assert_every_order_handled_once(db: &TestDatabase, probe: &AmqpProbe, o
     assert_eq!(probe.ready(&dlq).await, 0);
 }
 
-#[tokio::test]
-async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
-    let (db, vhost, probe) = stream_of_orders("inventory_crash", ORDERS).await;
+testkit::on_each_backend!(
+    an_instance_killed_mid_stream_loses_and_repeats_nothing,
+    an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell_or_double_apply,
+);
+
+async fn an_instance_killed_mid_stream_loses_and_repeats_nothing(backend: Backend) {
+    let (db, vhost, probe) = stream_of_orders(backend, "inventory_crash", ORDERS).await;
     let prefix = testkit::redis_prefix();
     let mut first = start(&db, &vhost, &prefix, &[]);
     eventually(Duration::from_secs(60), || async {
@@ -122,9 +124,10 @@ async fn an_instance_killed_mid_stream_loses_and_repeats_nothing() {
     assert_every_order_handled_once(&db, &probe, ORDERS).await;
 }
 
-#[tokio::test]
-async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell_or_double_apply() {
-    let (db, vhost, probe) = stream_of_orders("inventory_pause", ORDERS_FOR_PAUSES).await;
+async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell_or_double_apply(
+    backend: Backend,
+) {
+    let (db, vhost, probe) = stream_of_orders(backend, "inventory_pause", ORDERS_FOR_PAUSES).await;
     let prefix = testkit::redis_prefix();
     // Short locks, so the pause outlives them; both instances consume the same queue. Batches
     // of one message: the instances then hold the product's lock most of the time, so a pause

@@ -1,8 +1,19 @@
 //! `POST /deductions`: outcomes, all or nothing, and replays by deduction id.
 
 use serde_json::Value;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem, assert_replayed, assert_replays};
+
+testkit::on_each_backend!(
+    an_applied_deduction_answers_its_items_and_lowers_the_stock,
+    a_repeated_deduction_id_with_the_same_items_replays_the_first_body_and_deducts_nothing,
+    items_in_another_order_are_the_same_items,
+    a_refused_deduction_replays_its_409_even_after_a_restock,
+    an_unknown_product_is_a_404_that_replays_even_once_the_product_exists,
+    a_deduction_id_reused_with_other_items_is_refused_and_deducts_nothing,
+    a_multi_item_deduction_is_all_or_nothing,
+);
 
 async fn version(app: &TestApp, product: i64) -> i64 {
     app.product(product).await["version"]
@@ -10,9 +21,8 @@ async fn version(app: &TestApp, product: i64) -> i64 {
         .expect("version is a number")
 }
 
-#[tokio::test]
-async fn an_applied_deduction_answers_its_items_and_lowers_the_stock() {
-    let app = TestApp::spawn().await;
+async fn an_applied_deduction_answers_its_items_and_lowers_the_stock(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 10).await;
     app.create_product(2, 10).await;
     let response = app.deduct("order-1", &[(2, 4), (1, 3)]).await;
@@ -28,9 +38,10 @@ async fn an_applied_deduction_answers_its_items_and_lowers_the_stock() {
     assert_eq!((app.stock(1).await, app.stock(2).await), (7, 6));
 }
 
-#[tokio::test]
-async fn a_repeated_deduction_id_with_the_same_items_replays_the_first_body_and_deducts_nothing() {
-    let app = TestApp::spawn().await;
+async fn a_repeated_deduction_id_with_the_same_items_replays_the_first_body_and_deducts_nothing(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 10).await;
     let first = app.deduct("d-1", &[(1, 3)]).await;
     assert_eq!(first.status(), 200);
@@ -40,9 +51,8 @@ async fn a_repeated_deduction_id_with_the_same_items_replays_the_first_body_and_
     assert_eq!(app.stock(1).await, 7);
 }
 
-#[tokio::test]
-async fn items_in_another_order_are_the_same_items() {
-    let app = TestApp::spawn().await;
+async fn items_in_another_order_are_the_same_items(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 10).await;
     app.create_product(2, 10).await;
     let first = app
@@ -57,9 +67,8 @@ async fn items_in_another_order_are_the_same_items() {
     assert_eq!((app.stock(1).await, app.stock(2).await), (9, 8));
 }
 
-#[tokio::test]
-async fn a_refused_deduction_replays_its_409_even_after_a_restock() {
-    let app = TestApp::spawn().await;
+async fn a_refused_deduction_replays_its_409_even_after_a_restock(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 1).await;
     let first = app.deduct("d-short", &[(1, 5)]).await;
     let first = assert_problem(first, 409, "insufficient-stock").await;
@@ -74,9 +83,8 @@ async fn a_refused_deduction_replays_its_409_even_after_a_restock() {
     assert_eq!(app.stock(1).await, 11);
 }
 
-#[tokio::test]
-async fn an_unknown_product_is_a_404_that_replays_even_once_the_product_exists() {
-    let app = TestApp::spawn().await;
+async fn an_unknown_product_is_a_404_that_replays_even_once_the_product_exists(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let first = assert_problem(
         app.deduct("d-ghost", &[(42, 1)]).await,
         404,
@@ -94,9 +102,8 @@ async fn an_unknown_product_is_a_404_that_replays_even_once_the_product_exists()
     assert_eq!(app.stock(42).await, 5);
 }
 
-#[tokio::test]
-async fn a_deduction_id_reused_with_other_items_is_refused_and_deducts_nothing() {
-    let app = TestApp::spawn().await;
+async fn a_deduction_id_reused_with_other_items_is_refused_and_deducts_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 10).await;
     app.create_product(2, 10).await;
     assert_eq!(app.deduct("d-1", &[(1, 1)]).await.status(), 200);
@@ -108,9 +115,8 @@ async fn a_deduction_id_reused_with_other_items_is_refused_and_deducts_nothing()
     assert_eq!(app.deduction_rows().await, 1);
 }
 
-#[tokio::test]
-async fn a_multi_item_deduction_is_all_or_nothing() {
-    let app = TestApp::spawn().await;
+async fn a_multi_item_deduction_is_all_or_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 5).await;
     app.create_product(2, 1).await;
     let versions = (version(&app, 1).await, version(&app, 2).await);

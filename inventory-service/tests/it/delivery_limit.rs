@@ -61,7 +61,7 @@ async fn a_message_that_keeps_failing_is_dead_lettered_after_its_failure_limit()
     app.create_product(1, 10).await;
     let order_id = Uuid::now_v7();
     // A database that refuses this one order's reservation every time: a real failure.
-    refuse_reservations_of(&app.db, order_id).await;
+    refuse_reservations_of(app.db(), order_id).await;
 
     let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
     publish_order_created(&probe, order_id, &[(1, 1)]).await;
@@ -78,7 +78,7 @@ async fn a_message_that_keeps_failing_is_dead_lettered_after_its_failure_limit()
     assert_eq!(app.stock(1).await, 10, "nothing deducted");
     assert_eq!(app.reservation_state(order_id).await, None);
     let failures: Vec<i32> = sqlx::query_scalar("SELECT failures FROM message_failures")
-        .fetch_all(&app.db)
+        .fetch_all(app.db())
         .await
         .expect("the counts");
     assert_eq!(

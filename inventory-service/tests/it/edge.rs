@@ -4,9 +4,14 @@
 use axum::body::Body;
 use axum::http::Request;
 use inventory_service::Config;
-use testkit::{NO_BROKER, TestDatabase, redis_prefix, redis_url};
+use testkit::{Backend, NO_BROKER, TestDatabase, redis_prefix, redis_url};
 
 use crate::helpers::TestApp;
+
+testkit::on_each_backend!(
+    past_its_burst_a_client_gets_429_with_retry_after,
+    with_a_pool_of_one_connection_no_deductions_leader_keeps_a_session,
+);
 
 #[tokio::test]
 async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
@@ -40,9 +45,8 @@ async fn a_saturated_database_pool_answers_503_busy_with_retry_after() {
     );
 }
 
-#[tokio::test]
-async fn past_its_burst_a_client_gets_429_with_retry_after() {
-    let app = TestApp::spawn_with(|c| c.rate_limit = testkit::one_a_second_after(3)).await;
+async fn past_its_burst_a_client_gets_429_with_retry_after(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |c| c.rate_limit = testkit::one_a_second_after(3)).await;
     testkit::assert_limited_past_the_burst(3, 200, || app.get("/products")).await;
     for path in ["/healthz", "/readyz", "/metrics"] {
         let response = app.anonymous.get(app.url(path)).send().await.expect("GET");
@@ -50,12 +54,11 @@ async fn past_its_burst_a_client_gets_429_with_retry_after() {
     }
 }
 
-#[tokio::test]
-async fn with_a_pool_of_one_connection_no_deductions_leader_keeps_a_session() {
+async fn with_a_pool_of_one_connection_no_deductions_leader_keeps_a_session(backend: Backend) {
     // A leader's session plans its statements once and may be kept for the next leader in a
     // pool large enough to spare it; kept in a pool of one, it would leave every other request
     // waiting for the acquire timeout (503) after the first deduction.
-    let app = TestApp::spawn_with(|c| c.database_max_connections = 1).await;
+    let app = TestApp::spawn_on(backend, |c| c.database_max_connections = 1).await;
     app.create_product(1, 10).await;
     for n in 1..=3 {
         let response = app.deduct(&format!("order-{n}"), &[(1, 1)]).await;

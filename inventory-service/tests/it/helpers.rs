@@ -1,5 +1,6 @@
-//! `TestApp::spawn`: the real service on `127.0.0.1:0` with its own database, Redis key prefix
-//! and AMQP vhost, stopped when the value is dropped; plus small request helpers.
+//! `TestApp::spawn`: the real service on `127.0.0.1:0` with its own database (PostgreSQL, or
+//! either backend with `spawn_on`), Redis key prefix and AMQP vhost, stopped when the value is
+//! dropped; plus small request helpers.
 
 use std::time::Duration;
 
@@ -10,7 +11,9 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use shared::keys::{self, RedisKeys};
 use sqlx::PgPool;
-use testkit::{AmqpProbe, TestDatabase, TestVhost, redis_prefix, redis_url};
+use testkit::{
+    AmqpProbe, Backend, BackendDatabase, TestDatabase, TestVhost, redis_prefix, redis_url,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -57,12 +60,11 @@ pub struct TestApp {
     /// Sends no credentials.
     pub anonymous: reqwest::Client,
     /// The service's own database, for checks behind the API.
-    pub db: PgPool,
+    pub database: BackendDatabase,
     pub config: Config,
     /// The service's deduction batches, to count them.
     pub deductions: Deductions,
     shutdown: CancellationToken,
-    _database: TestDatabase,
     _vhost: TestVhost,
 }
 
@@ -71,14 +73,20 @@ impl TestApp {
         Self::spawn_with(|_| {}).await
     }
 
-    /// Spawns with the test defaults changed by `customize`.
+    /// Spawns on PostgreSQL with the test defaults changed by `customize`.
     pub async fn spawn_with(customize: impl FnOnce(&mut Config)) -> Self {
+        Self::spawn_on(Backend::Postgres, customize).await
+    }
+
+    /// Spawns on a database of `backend` with the test defaults changed by `customize`.
+    pub async fn spawn_on(backend: Backend, customize: impl FnOnce(&mut Config)) -> Self {
         testkit::init_logs();
-        let database = TestDatabase::create("inventory", &inventory_service::MIGRATOR).await;
+        let database =
+            BackendDatabase::create(backend, "inventory", inventory_service::migrators()).await;
         let vhost = TestVhost::create();
         let mut config = Config {
             http_addr: "127.0.0.1:0".parse().expect("an address"),
-            database_urls: vec![database.url.clone()],
+            database_urls: vec![database.url().to_owned()],
             // Two tests run at once, next to another service's tests: stay well under
             // PostgreSQL's connection limit.
             database_max_connections: 10,
@@ -111,12 +119,20 @@ impl TestApp {
                 .build()
                 .expect("a client"),
             anonymous: reqwest::Client::new(),
-            db: database.pool.clone(),
+            database,
             config,
             deductions,
             shutdown,
-            _database: database,
             _vhost: vhost,
+        }
+    }
+
+    /// The service's PostgreSQL pool, for the tests that read or hold its rows with
+    /// PostgreSQL's own statements (they spawn on PostgreSQL).
+    pub fn db(&self) -> &PgPool {
+        match &self.database {
+            BackendDatabase::Postgres(db) => &db.pool,
+            BackendDatabase::MySql(_) => panic!("a PostgreSQL-only check on a MySQL app"),
         }
     }
 
@@ -148,13 +164,19 @@ impl TestApp {
         self.get("/metrics").await.text().await.expect("a body")
     }
 
-    /// The state of `order_id`'s reservation, if inventory has one.
+    /// The state of `order_id`'s reservation, if inventory has one (`GET /reservations/{id}`).
     pub async fn reservation_state(&self, order_id: Uuid) -> Option<String> {
-        sqlx::query_scalar("SELECT state FROM reservations WHERE order_id = $1")
-            .bind(order_id)
-            .fetch_optional(&self.db)
+        let response = self
+            .admin
+            .get(self.url(&format!("/reservations/{order_id}")))
+            .send()
             .await
-            .expect("a lookup")
+            .expect("GET /reservations/{id}");
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return None;
+        }
+        let reservation: Value = response.json().await.expect("a reservation");
+        Some(reservation["state"].as_str().expect("its state").to_owned())
     }
 
     /// `product`'s lock, held (and renewed) by another process until the guard is released.
@@ -250,10 +272,7 @@ impl TestApp {
     }
 
     pub async fn deduction_rows(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM deductions")
-            .fetch_one(&self.db)
-            .await
-            .expect("count deductions")
+        self.database.count("SELECT count(*) FROM deductions").await
     }
 }
 
@@ -308,11 +327,10 @@ pub async fn assert_exactly_fifty_applied(app: &TestApp, product: i64, statuses:
     let refused = statuses.iter().filter(|s| **s == 409).count();
     assert_eq!((applied, refused), (50, 150), "statuses: {statuses:?}");
     assert_eq!(app.stock(product).await, 0);
-    let recorded: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM deductions WHERE status = 'APPLIED'")
-            .fetch_one(&app.db)
-            .await
-            .expect("count");
+    let recorded = app
+        .database
+        .count("SELECT count(*) FROM deductions WHERE status = 'APPLIED'")
+        .await;
     assert_eq!(recorded, 50);
 }
 

@@ -106,7 +106,7 @@ async fn a_deduction_waits_for_a_held_row_holding_no_other_and_then_answers_busy
             "SELECT count(*) FROM pg_stat_activity
              WHERE datname = current_database() AND wait_event_type = 'Lock'",
         )
-        .fetch_one(&app.db)
+        .fetch_one(app.db())
         .await
         .expect("a count");
         (waiting > 0).then_some(())

@@ -3,12 +3,21 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem, eventually};
 
-#[tokio::test]
-async fn healthz_answers_and_readyz_turns_ready_once_every_backing_system_answers() {
-    let app = TestApp::spawn().await;
+testkit::on_each_backend!(
+    healthz_answers_and_readyz_turns_ready_once_every_backing_system_answers,
+    every_lock_and_deduction_metric_is_exposed,
+    the_openapi_document_describes_every_endpoint_and_the_docs_are_served,
+    unknown_routes_and_wrong_methods_are_problems_and_request_ids_are_echoed,
+);
+
+async fn healthz_answers_and_readyz_turns_ready_once_every_backing_system_answers(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let health = app.get("/healthz").await;
     assert_eq!(health.status(), 200);
     eventually(Duration::from_secs(20), || async {
@@ -18,9 +27,8 @@ async fn healthz_answers_and_readyz_turns_ready_once_every_backing_system_answer
     .await;
 }
 
-#[tokio::test]
-async fn every_lock_and_deduction_metric_is_exposed() {
-    let app = TestApp::spawn().await;
+async fn every_lock_and_deduction_metric_is_exposed(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 1).await;
     assert_eq!(app.deduct("d", &[(1, 1)]).await.status(), 200);
     let text = app.metrics().await;
@@ -39,9 +47,8 @@ async fn every_lock_and_deduction_metric_is_exposed() {
     }
 }
 
-#[tokio::test]
-async fn the_openapi_document_describes_every_endpoint_and_the_docs_are_served() {
-    let app = TestApp::spawn().await;
+async fn the_openapi_document_describes_every_endpoint_and_the_docs_are_served(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let spec: Value = app.get("/openapi.json").await.json().await.expect("json");
     assert!(
         spec["openapi"]
@@ -86,9 +93,10 @@ async fn the_openapi_document_describes_every_endpoint_and_the_docs_are_served()
     assert!(docs.text().await.expect("html").contains("swagger"));
 }
 
-#[tokio::test]
-async fn unknown_routes_and_wrong_methods_are_problems_and_request_ids_are_echoed() {
-    let app = TestApp::spawn().await;
+async fn unknown_routes_and_wrong_methods_are_problems_and_request_ids_are_echoed(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let response = app.get("/nowhere").await;
     assert!(response.headers().contains_key("x-request-id"));
     assert_problem(response, 404, "not-found").await;

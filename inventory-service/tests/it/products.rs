@@ -1,12 +1,19 @@
 //! `/products`: create, read, list with cursor pagination.
 
 use serde_json::{Value, json};
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem};
 
-#[tokio::test]
-async fn a_created_product_is_answered_201_and_can_be_read_back() {
-    let app = TestApp::spawn().await;
+testkit::on_each_backend!(
+    a_created_product_is_answered_201_and_can_be_read_back,
+    creating_a_product_twice_is_a_409_product_exists_and_keeps_the_first,
+    a_product_that_does_not_exist_is_a_404_problem,
+    products_are_listed_in_ascending_id_a_page_at_a_time,
+);
+
+async fn a_created_product_is_answered_201_and_can_be_read_back(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let response = app
         .admin
         .post(app.url("/products"))
@@ -28,9 +35,8 @@ async fn a_created_product_is_answered_201_and_can_be_read_back() {
     assert_eq!(app.product(1001).await, created);
 }
 
-#[tokio::test]
-async fn creating_a_product_twice_is_a_409_product_exists_and_keeps_the_first() {
-    let app = TestApp::spawn().await;
+async fn creating_a_product_twice_is_a_409_product_exists_and_keeps_the_first(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let first = app.create_product(7, 3).await;
     let response = app
         .admin
@@ -43,9 +49,8 @@ async fn creating_a_product_twice_is_a_409_product_exists_and_keeps_the_first() 
     assert_eq!(app.product(7).await, first);
 }
 
-#[tokio::test]
-async fn a_product_that_does_not_exist_is_a_404_problem() {
-    let app = TestApp::spawn().await;
+async fn a_product_that_does_not_exist_is_a_404_problem(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     for path in [
         "/products/5",
         "/products/0",
@@ -71,9 +76,8 @@ async fn page(app: &TestApp, query: &str) -> (Vec<i64>, Value) {
     (ids, body["next"].clone())
 }
 
-#[tokio::test]
-async fn products_are_listed_in_ascending_id_a_page_at_a_time() {
-    let app = TestApp::spawn().await;
+async fn products_are_listed_in_ascending_id_a_page_at_a_time(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     for id in [5, 3, 1, 4, 2] {
         app.create_product(id, 1).await;
     }
@@ -91,7 +95,7 @@ async fn products_are_listed_in_ascending_id_a_page_at_a_time() {
 async fn the_list_limit_defaults_to_20_is_capped_at_100_and_refuses_nonsense() {
     let app = TestApp::spawn().await;
     sqlx::query("INSERT INTO products (product_id, name, stock) SELECT n, 'p' || n, 1 FROM generate_series(1, 120) n")
-        .execute(&app.db)
+        .execute(app.db())
         .await
         .expect("seed products");
     assert_eq!(page(&app, "").await.0.len(), 20);

@@ -1,12 +1,21 @@
 //! `POST /products/{id}/restock`: adds stock, once per idempotency key.
 
 use serde_json::Value;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem, assert_replays};
 
-#[tokio::test]
-async fn a_restock_adds_stock_and_bumps_the_version() {
-    let app = TestApp::spawn().await;
+testkit::on_each_backend!(
+    a_restock_adds_stock_and_bumps_the_version,
+    a_repeated_idempotency_key_adds_nothing_and_replays_the_first_response,
+    an_idempotency_key_reused_for_another_restock_is_refused,
+    a_refused_restock_does_not_use_up_its_key,
+    restock_input_out_of_range_is_a_422_and_changes_nothing,
+    a_shipment_as_large_as_a_products_first_stock_is_one_restock,
+);
+
+async fn a_restock_adds_stock_and_bumps_the_version(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 2).await;
     let response = app.restock(1, 5, None).await;
     assert_eq!(response.status(), 200);
@@ -20,9 +29,8 @@ async fn a_restock_adds_stock_and_bumps_the_version() {
     assert_eq!(app.stock(1).await, 12);
 }
 
-#[tokio::test]
-async fn a_repeated_idempotency_key_adds_nothing_and_replays_the_first_response() {
-    let app = TestApp::spawn().await;
+async fn a_repeated_idempotency_key_adds_nothing_and_replays_the_first_response(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 0).await;
     let first = app.restock(1, 5, Some("restock-1")).await;
     assert_eq!(first.status(), 200);
@@ -34,9 +42,8 @@ async fn a_repeated_idempotency_key_adds_nothing_and_replays_the_first_response(
     assert_eq!(app.stock(1).await, 4);
 }
 
-#[tokio::test]
-async fn an_idempotency_key_reused_for_another_restock_is_refused() {
-    let app = TestApp::spawn().await;
+async fn an_idempotency_key_reused_for_another_restock_is_refused(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 0).await;
     app.create_product(2, 0).await;
     assert_eq!(app.restock(1, 5, Some("k")).await.status(), 200);
@@ -55,18 +62,16 @@ async fn an_idempotency_key_reused_for_another_restock_is_refused() {
     assert_eq!((app.stock(1).await, app.stock(2).await), (5, 0));
 }
 
-#[tokio::test]
-async fn a_refused_restock_does_not_use_up_its_key() {
-    let app = TestApp::spawn().await;
+async fn a_refused_restock_does_not_use_up_its_key(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     assert_problem(app.restock(9, 5, Some("early")).await, 404, "not-found").await;
     app.create_product(9, 1).await;
     assert_eq!(app.restock(9, 5, Some("early")).await.status(), 200);
     assert_eq!(app.stock(9).await, 6);
 }
 
-#[tokio::test]
-async fn restock_input_out_of_range_is_a_422_and_changes_nothing() {
-    let app = TestApp::spawn().await;
+async fn restock_input_out_of_range_is_a_422_and_changes_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 3).await;
     for quantity in [0, -1, 1_000_000_001] {
         assert_problem(
@@ -130,9 +135,8 @@ async fn concurrent_restocks_with_one_key_add_once() {
     assert_eq!(app.stock(1).await, 5);
 }
 
-#[tokio::test]
-async fn a_shipment_as_large_as_a_products_first_stock_is_one_restock() {
-    let app = TestApp::spawn().await;
+async fn a_shipment_as_large_as_a_products_first_stock_is_one_restock(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 0).await;
     assert_eq!(app.restock(1, 1_000_000_000, None).await.status(), 200);
     assert_eq!(app.stock(1).await, 1_000_000_000);

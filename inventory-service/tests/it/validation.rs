@@ -2,8 +2,16 @@
 //! body a 413; none of them changes anything.
 
 use serde_json::json;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem};
+
+testkit::on_each_backend!(
+    invalid_deductions_are_refused_and_deduct_nothing,
+    invalid_products_are_refused_and_nothing_is_created,
+    invalid_restocks_are_refused_and_add_nothing,
+    control_characters_in_any_string_are_422_and_change_nothing,
+);
 
 async fn post_raw(app: &TestApp, path: &str, body: String) -> reqwest::Response {
     app.admin
@@ -19,9 +27,8 @@ fn deduction(id: serde_json::Value, items: serde_json::Value) -> String {
     json!({"deduction_id": id, "items": items}).to_string()
 }
 
-#[tokio::test]
-async fn invalid_deductions_are_refused_and_deduct_nothing() {
-    let app = TestApp::spawn().await;
+async fn invalid_deductions_are_refused_and_deduct_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 10).await;
     app.create_product(2, 10).await;
     let item = |p: serde_json::Value, q: serde_json::Value| json!({"product_id": p, "quantity": q});
@@ -143,9 +150,8 @@ async fn invalid_deductions_are_refused_and_deduct_nothing() {
     assert_eq!(app.deduction_rows().await, 0);
 }
 
-#[tokio::test]
-async fn invalid_products_are_refused_and_nothing_is_created() {
-    let app = TestApp::spawn().await;
+async fn invalid_products_are_refused_and_nothing_is_created(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let product = |id: serde_json::Value, name: serde_json::Value, stock: serde_json::Value| {
         json!({"product_id": id, "name": name, "stock": stock}).to_string()
     };
@@ -179,9 +185,8 @@ async fn invalid_products_are_refused_and_nothing_is_created() {
     assert_eq!(list["items"], json!([]));
 }
 
-#[tokio::test]
-async fn invalid_restocks_are_refused_and_add_nothing() {
-    let app = TestApp::spawn().await;
+async fn invalid_restocks_are_refused_and_add_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 1).await;
     let cases = [
         ("{".to_owned(), 400, "malformed-json"),
@@ -210,9 +215,8 @@ async fn invalid_restocks_are_refused_and_add_nothing() {
 
 /// docs/contract.md §3: a control character (U+0000–U+001F, U+007F) in any string is a 422 and changes
 /// nothing; a NUL used to reach PostgreSQL, which refuses it in `text`, and answer 500.
-#[tokio::test]
-async fn control_characters_in_any_string_are_422_and_change_nothing() {
-    let app = TestApp::spawn().await;
+async fn control_characters_in_any_string_are_422_and_change_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 10).await;
     let item = json!([{"product_id": 1, "quantity": 1}]);
     let bodies: Vec<(&str, String)> = vec![

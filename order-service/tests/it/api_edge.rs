@@ -2,12 +2,21 @@
 //! and the OpenAPI document with Swagger UI.
 
 use serde_json::Value;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem};
 
-#[tokio::test]
-async fn every_response_carries_a_request_id() {
-    let app = TestApp::spawn().await;
+testkit::on_each_backend!(
+    every_response_carries_a_request_id,
+    unknown_routes_and_wrong_methods_are_problems,
+    readiness_names_what_is_down,
+    metrics_expose_the_contract_names_from_the_start,
+    a_refusal_rewritten_as_a_problem_is_counted_under_its_matched_route,
+    the_openapi_document_and_swagger_ui_are_served,
+);
+
+async fn every_response_carries_a_request_id(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let given = app
         .client
         .get(app.url("/healthz"))
@@ -24,9 +33,8 @@ async fn every_response_carries_a_request_id() {
     assert!(uuid::Uuid::parse_str(&id).is_ok(), "{id}");
 }
 
-#[tokio::test]
-async fn unknown_routes_and_wrong_methods_are_problems() {
-    let app = TestApp::spawn().await;
+async fn unknown_routes_and_wrong_methods_are_problems(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     assert_problem(app.get("/no/such/route").await, 404, "not-found").await;
     let wrong = app
         .client
@@ -44,23 +52,21 @@ async fn unknown_routes_and_wrong_methods_are_problems() {
     assert_problem(wrong, 405, "method-not-allowed").await;
 }
 
-#[tokio::test]
-async fn readiness_names_what_is_down() {
-    let app = TestApp::spawn().await;
+async fn readiness_names_what_is_down(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     assert_eq!(app.get("/healthz").await.status(), 200);
     // The test app's broker URL points at a closed port.
     let body = assert_problem(app.get("/readyz").await, 503, "not-ready").await;
     let detail = body["detail"].as_str().expect("detail");
     assert!(detail.contains("rabbitmq"), "{detail}");
     assert!(
-        !detail.contains("postgres") && !detail.contains("redis"),
+        !detail.contains("postgres") && !detail.contains("mysql") && !detail.contains("redis"),
         "{detail}"
     );
 }
 
-#[tokio::test]
-async fn metrics_expose_the_contract_names_from_the_start() {
-    let app = TestApp::spawn().await;
+async fn metrics_expose_the_contract_names_from_the_start(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let response = app.get("/metrics").await;
     assert_eq!(response.status(), 200);
     let text = response.text().await.expect("text");
@@ -80,9 +86,8 @@ async fn metrics_expose_the_contract_names_from_the_start() {
     assert!(text.contains("route=\"/healthz\""), "{text}");
 }
 
-#[tokio::test]
-async fn a_refusal_rewritten_as_a_problem_is_counted_under_its_matched_route() {
-    let app = TestApp::spawn().await;
+async fn a_refusal_rewritten_as_a_problem_is_counted_under_its_matched_route(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     // Refused by the body reader with a bare 413, which the edge rewrites as problem+json.
     let body = format!("{{\"pad\": \"{}\"}}", "x".repeat(70 * 1024));
@@ -93,9 +98,8 @@ async fn a_refusal_rewritten_as_a_problem_is_counted_under_its_matched_route() {
     assert!(text.contains(counted), "{counted} missing from:\n{text}");
 }
 
-#[tokio::test]
-async fn the_openapi_document_and_swagger_ui_are_served() {
-    let app = TestApp::spawn().await;
+async fn the_openapi_document_and_swagger_ui_are_served(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let spec: Value = app.get("/openapi.json").await.json().await.expect("json");
     assert!(
         spec["openapi"]

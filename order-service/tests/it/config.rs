@@ -3,14 +3,14 @@
 use std::time::Duration;
 
 use order_service::config::Config;
-use testkit::TestDatabase;
+use testkit::BackendDatabase;
 
 /// The configuration of a service on this test's database and Redis prefix, with its broker
 /// unreachable and reconciliation idle until a test changes them.
-pub fn config_for(db: &TestDatabase, redis_prefix: &str) -> Config {
+pub fn config_for(db: &BackendDatabase, redis_prefix: &str) -> Config {
     Config {
         http_addr: "127.0.0.1:0".parse().expect("address"),
-        database_urls: vec![db.url.clone()],
+        database_urls: vec![db.url().to_owned()],
         database_max_connections: 10,
         redis_url: testkit::redis_url(),
         redis_key_prefix: redis_prefix.to_owned(),

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool, Postgres};
-use testkit::{AmqpProbe, TestDatabase, TestVhost};
+use testkit::{AmqpProbe, Backend, BackendDatabase, TestDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -17,7 +17,8 @@ pub use crate::config::config_for;
 
 pub struct TestApp {
     pub base: String,
-    pub db: TestDatabase,
+    /// The service's own database, for checks behind the API.
+    pub database: BackendDatabase,
     pub redis_prefix: String,
     /// The Redis the app was configured with (a test may give it a private one).
     redis_url: String,
@@ -35,15 +36,7 @@ impl TestApp {
 
     /// A service with its own RabbitMQ vhost: relay, consumer and topology all run.
     pub async fn spawn_with_broker(configure: impl FnOnce(&mut Config)) -> Self {
-        let vhost = TestVhost::create();
-        let url = vhost.url.clone();
-        let mut app = Self::spawn_with(|c| {
-            c.amqp_urls = vec![url];
-            configure(c);
-        })
-        .await;
-        app.vhost = Some(vhost);
-        app
+        Self::spawn_with_broker_on(Backend::Postgres, configure).await
     }
 
     /// A raw AMQP client on the app's vhost (topology declared).
@@ -52,25 +45,57 @@ impl TestApp {
     }
 
     pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> Self {
-        Self::start(configure, false).await.0
+        Self::spawn_on(Backend::Postgres, configure).await
+    }
+
+    /// A service (broker unreachable unless `configure` names one) on a database of
+    /// `backend`.
+    pub async fn spawn_on(backend: Backend, configure: impl FnOnce(&mut Config)) -> Self {
+        Self::start(backend, configure, false).await.0
+    }
+
+    /// [`TestApp::spawn_with_broker`] on a database of `backend`.
+    pub async fn spawn_with_broker_on(
+        backend: Backend,
+        configure: impl FnOnce(&mut Config),
+    ) -> Self {
+        let vhost = TestVhost::create();
+        let url = vhost.url.clone();
+        let mut app = Self::spawn_on(backend, |c| {
+            c.amqp_urls = vec![url];
+            configure(c);
+        })
+        .await;
+        app.vhost = Some(vhost);
+        app
+    }
+
+    /// The service's PostgreSQL database, for the tests that read or change its rows with
+    /// PostgreSQL's own statements (they spawn on PostgreSQL).
+    pub fn db(&self) -> &TestDatabase {
+        match &self.database {
+            BackendDatabase::Postgres(db) => db,
+            BackendDatabase::MySql(_) => panic!("a PostgreSQL-only check on a MySQL app"),
+        }
     }
 
     /// A service (broker unreachable) whose requests and loops use a pool of one connection,
     /// held by the test through the one returned: until it is dropped, every use of the pool
     /// waits out a 200 ms acquire timeout, as on an exhausted pool. `db` stays the test's.
     pub async fn spawn_saturated() -> (Self, PoolConnection<Postgres>) {
-        let (app, held) = Self::start(|_| {}, true).await;
+        let (app, held) = Self::start(Backend::Postgres, |_| {}, true).await;
         (app, held.expect("a held connection"))
     }
 
     async fn start(
+        backend: Backend,
         configure: impl FnOnce(&mut Config),
         saturated: bool,
     ) -> (Self, Option<PoolConnection<Postgres>>) {
         testkit::init_logs();
-        let db = TestDatabase::create("orders", &order_service::MIGRATOR).await;
+        let database = BackendDatabase::create(backend, "orders", order_service::migrators()).await;
         let redis_prefix = testkit::redis_prefix();
-        let mut config = config_for(&db, &redis_prefix);
+        let mut config = config_for(&database, &redis_prefix);
         configure(&mut config);
         let redis_url = config.redis_url.clone();
         let listener = tokio::net::TcpListener::bind(config.http_addr)
@@ -80,7 +105,7 @@ impl TestApp {
         let mut state = order_service::build_state(config).await.expect("state");
         let mut held = None;
         if saturated {
-            let (pool, connection) = saturated_pool(&db.url).await;
+            let (pool, connection) = saturated_pool(database.url()).await;
             state.db = pool.into();
             held = Some(connection);
         }
@@ -88,7 +113,7 @@ impl TestApp {
         tokio::spawn(order_service::serve(state, listener, shutdown.clone()));
         let app = Self {
             base,
-            db,
+            database,
             redis_prefix,
             redis_url,
             client: reqwest::Client::new(),
@@ -178,11 +203,9 @@ impl TestApp {
     }
 
     pub async fn count(&self, table: &str) -> i64 {
-        let sql = format!("SELECT count(*) FROM {table}");
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-            .fetch_one(&self.db.pool)
+        self.database
+            .count(&format!("SELECT count(*) FROM {table}"))
             .await
-            .expect("count")
     }
 
     /// A connection to the app's Redis.

@@ -4,12 +4,30 @@ use std::time::Duration;
 
 use order_service::tokens::signed::{TokenSecret, TokenSigner};
 use serde_json::{Value, json};
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem, eventually, order_body, random_uuid, store_outcome};
 
-#[tokio::test]
-async fn an_issued_token_creates_one_pending_order() {
-    let app = TestApp::spawn().await;
+testkit::on_each_backend!(
+    an_issued_token_creates_one_pending_order,
+    a_replayed_token_returns_the_first_response_byte_for_byte,
+    the_first_response_is_cached_in_redis_after_it_is_given,
+    a_token_reused_with_another_body_is_refused,
+    missing_and_unknown_keys_are_refused_without_creating_anything,
+    twenty_concurrent_requests_with_one_token_create_exactly_one_order,
+    a_replay_after_redis_lost_every_key_returns_the_same_order,
+    a_refused_request_does_not_use_up_its_token,
+    an_unused_token_expires_but_a_used_one_keeps_replaying,
+    issued_tokens_are_uuids_with_an_expiry,
+    a_claim_left_by_a_crashed_request_goes_stale_and_the_token_works_again,
+    the_same_request_while_the_first_is_in_flight_gets_409_with_retry_after,
+    a_claim_that_outlived_its_committed_request_replays_the_outcome_from_the_database,
+    an_issued_token_redis_forgot_before_its_use_is_accepted_once,
+    tokens_redis_does_not_know_are_unknown_unless_signed_here_and_unexpired,
+);
+
+async fn an_issued_token_creates_one_pending_order(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let response = app.post_order(&token, &order_body(7, 1001, 2)).await;
     assert_eq!(response.status(), 202);
@@ -34,9 +52,8 @@ async fn an_issued_token_creates_one_pending_order() {
     assert_eq!(app.count("orders").await, 1);
 }
 
-#[tokio::test]
-async fn a_replayed_token_returns_the_first_response_byte_for_byte() {
-    let app = TestApp::spawn().await;
+async fn a_replayed_token_returns_the_first_response_byte_for_byte(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let first = app.post_order(&token, &order_body(1, 1001, 2)).await;
     let first_location = first.headers()["location"].clone();
@@ -54,9 +71,8 @@ async fn a_replayed_token_returns_the_first_response_byte_for_byte() {
     assert_eq!(app.count("outbox").await, 1);
 }
 
-#[tokio::test]
-async fn the_first_response_is_cached_in_redis_after_it_is_given() {
-    let app = TestApp::spawn().await;
+async fn the_first_response_is_cached_in_redis_after_it_is_given(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let first = app.post_order(&token, &order_body(1, 1001, 2)).await;
     assert_eq!(first.status(), 202);
@@ -65,14 +81,13 @@ async fn the_first_response_is_cached_in_redis_after_it_is_given() {
         .expect("order_id")
         .to_owned();
     // The answer goes out first and the cache write follows it (decision 0065): replays are
-    // then answered from Redis, not from PostgreSQL.
+    // then answered from Redis, not from the database.
     let state = app.await_cached(&token).await;
     assert!(state.contains(&order_id), "{state}");
 }
 
-#[tokio::test]
-async fn a_token_reused_with_another_body_is_refused() {
-    let app = TestApp::spawn().await;
+async fn a_token_reused_with_another_body_is_refused(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     assert_eq!(
         app.post_order(&token, &order_body(1, 1001, 2))
@@ -85,9 +100,8 @@ async fn a_token_reused_with_another_body_is_refused() {
     assert_eq!(app.count("orders").await, 1);
 }
 
-#[tokio::test]
-async fn missing_and_unknown_keys_are_refused_without_creating_anything() {
-    let app = TestApp::spawn().await;
+async fn missing_and_unknown_keys_are_refused_without_creating_anything(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let body = order_body(1, 1001, 1).to_string();
     for key in [None, Some(""), Some("  ")] {
         assert_problem(
@@ -105,9 +119,8 @@ async fn missing_and_unknown_keys_are_refused_without_creating_anything() {
     assert_eq!(app.count("outbox").await, 0);
 }
 
-#[tokio::test]
-async fn twenty_concurrent_requests_with_one_token_create_exactly_one_order() {
-    let app = TestApp::spawn().await;
+async fn twenty_concurrent_requests_with_one_token_create_exactly_one_order(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let body = order_body(3, 1001, 1);
     let requests = (0..20).map(|_| app.post_order(&token, &body));
@@ -135,9 +148,8 @@ async fn twenty_concurrent_requests_with_one_token_create_exactly_one_order() {
     assert_eq!(app.count("outbox").await, 1);
 }
 
-#[tokio::test]
-async fn a_replay_after_redis_lost_every_key_returns_the_same_order() {
-    let app = TestApp::spawn().await;
+async fn a_replay_after_redis_lost_every_key_returns_the_same_order(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let first = app.post_order(&token, &order_body(1, 1001, 2)).await;
     let first_body = first.bytes().await.expect("body");
@@ -158,9 +170,8 @@ async fn a_replay_after_redis_lost_every_key_returns_the_same_order() {
     assert_eq!(app.count("orders").await, 1);
 }
 
-#[tokio::test]
-async fn a_refused_request_does_not_use_up_its_token() {
-    let app = TestApp::spawn().await;
+async fn a_refused_request_does_not_use_up_its_token(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let invalid = app.post_order(&token, &order_body(1, 1001, 0)).await;
     assert_problem(invalid, 422, "validation-failed").await;
@@ -174,9 +185,11 @@ async fn a_refused_request_does_not_use_up_its_token() {
     );
 }
 
-#[tokio::test]
-async fn an_unused_token_expires_but_a_used_one_keeps_replaying() {
-    let app = TestApp::spawn_with(|c| c.idempotency_token_ttl = Duration::from_secs(1)).await;
+async fn an_unused_token_expires_but_a_used_one_keeps_replaying(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |c| {
+        c.idempotency_token_ttl = Duration::from_secs(1)
+    })
+    .await;
     let unused = app.issue_token().await;
     let used = app.issue_token().await;
     let first = app.post_order(&used, &order_body(1, 1001, 1)).await;
@@ -194,9 +207,8 @@ async fn an_unused_token_expires_but_a_used_one_keeps_replaying() {
     assert_eq!(app.count("orders").await, 1);
 }
 
-#[tokio::test]
-async fn issued_tokens_are_uuids_with_an_expiry() {
-    let app = TestApp::spawn().await;
+async fn issued_tokens_are_uuids_with_an_expiry(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let response = app
         .client
         .post(app.url("/idempotency-tokens"))
@@ -213,9 +225,8 @@ async fn issued_tokens_are_uuids_with_an_expiry() {
     assert!(left > chrono::Duration::minutes(59) && left <= chrono::Duration::minutes(60));
 }
 
-#[tokio::test]
-async fn a_claim_left_by_a_crashed_request_goes_stale_and_the_token_works_again() {
-    let app = TestApp::spawn().await;
+async fn a_claim_left_by_a_crashed_request_goes_stale_and_the_token_works_again(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     // What a process killed mid-request leaves behind: an in-flight claim from a minute ago.
     let stale_claim = format!(
@@ -237,9 +248,8 @@ async fn a_claim_left_by_a_crashed_request_goes_stale_and_the_token_works_again(
     assert_problem(busy, 422, "idempotency-key-reused").await;
 }
 
-#[tokio::test]
-async fn the_same_request_while_the_first_is_in_flight_gets_409_with_retry_after() {
-    let app = TestApp::spawn().await;
+async fn the_same_request_while_the_first_is_in_flight_gets_409_with_retry_after(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let body = order_body(1, 1001, 1);
     // The state a first request with this body holds while it is being created.
@@ -259,9 +269,10 @@ async fn the_same_request_while_the_first_is_in_flight_gets_409_with_retry_after
     assert_eq!(app.count("orders").await, 0);
 }
 
-#[tokio::test]
-async fn a_claim_that_outlived_its_committed_request_replays_the_outcome_from_postgresql() {
-    let app = TestApp::spawn().await;
+async fn a_claim_that_outlived_its_committed_request_replays_the_outcome_from_the_database(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let body = order_body(1, 1001, 1);
     let first = app.post_order(&token, &body).await;
@@ -287,10 +298,8 @@ async fn a_claim_that_outlived_its_committed_request_replays_the_outcome_from_po
 /// A token of this app's own signing (its secret is in the app's database), never stored in
 /// Redis: what an issued token looks like once Redis forgot it.
 async fn signed_token(app: &TestApp, expires_at: chrono::DateTime<chrono::Utc>) -> String {
-    let secret: Vec<u8> = sqlx::query_scalar("SELECT secret FROM idempotency_token_secret")
-        .fetch_one(&app.db.pool)
-        .await
-        .expect("the secret the app generated");
+    let read = "SELECT secret FROM idempotency_token_secret";
+    let secret: Vec<u8> = app.database.scalar(read, read).await;
     TokenSigner::new(TokenSecret::new(secret))
         .mint(expires_at, None)
         .to_string()
@@ -311,7 +320,7 @@ async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outco
         ),
     )
     .await;
-    let mut a = app.db.pool.begin().await.expect("A's transaction");
+    let mut a = app.db().pool.begin().await.expect("A's transaction");
     let first_body = store_outcome(&mut a, &token, &body).await;
 
     // Redis loses its keys; request B repeats A.
@@ -341,7 +350,7 @@ async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outco
             "SELECT count(*) FROM pg_stat_activity \
              WHERE datname = current_database() AND wait_event_type = 'Lock'",
         )
-        .fetch_one(&app.db.pool)
+        .fetch_one(&app.db().pool)
         .await
         .expect("pg_stat_activity");
         (waiting > 0 || b.is_finished()).then_some(())
@@ -357,9 +366,8 @@ async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outco
     assert_eq!(app.count("orders").await, 1);
 }
 
-#[tokio::test]
-async fn an_issued_token_redis_forgot_before_its_use_is_accepted_once() {
-    let app = TestApp::spawn().await;
+async fn an_issued_token_redis_forgot_before_its_use_is_accepted_once(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     app.forget_redis().await;
     let body = order_body(1, 1001, 2);
@@ -380,9 +388,8 @@ async fn an_issued_token_redis_forgot_before_its_use_is_accepted_once() {
     assert_eq!(app.count("orders").await, 1);
 }
 
-#[tokio::test]
-async fn tokens_redis_does_not_know_are_unknown_unless_signed_here_and_unexpired() {
-    let app = TestApp::spawn().await;
+async fn tokens_redis_does_not_know_are_unknown_unless_signed_here_and_unexpired(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let body = order_body(1, 1001, 1);
     let expired = signed_token(&app, chrono::Utc::now() - chrono::Duration::seconds(1)).await;
     let other_secret = TokenSigner::new(TokenSecret::generate())

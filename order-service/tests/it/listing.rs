@@ -1,8 +1,15 @@
 //! `GET /orders/{id}` and `GET /orders`: filters, newest first, cursors, limit rules.
 
 use serde_json::Value;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem, order_body};
+
+testkit::on_each_backend!(
+    pages_walk_every_order_newest_first_without_repeats,
+    filters_narrow_the_list,
+    an_unknown_order_is_404,
+);
 
 async fn create(app: &TestApp, user_id: i64) -> String {
     let token = app.issue_token().await;
@@ -15,9 +22,8 @@ async fn create(app: &TestApp, user_id: i64) -> String {
     order["order_id"].as_str().expect("id").to_owned()
 }
 
-#[tokio::test]
-async fn pages_walk_every_order_newest_first_without_repeats() {
-    let app = TestApp::spawn().await;
+async fn pages_walk_every_order_newest_first_without_repeats(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let mut created = Vec::new();
     for i in 0..5 {
         created.push(create(&app, 1 + i % 2).await);
@@ -42,9 +48,8 @@ async fn pages_walk_every_order_newest_first_without_repeats() {
     assert_eq!(seen, created);
 }
 
-#[tokio::test]
-async fn filters_narrow_the_list() {
-    let app = TestApp::spawn().await;
+async fn filters_narrow_the_list(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let mine = create(&app, 42).await;
     create(&app, 43).await;
     let page: Value = app
@@ -85,7 +90,7 @@ async fn limits_are_capped_and_bad_parameters_are_422() {
          SELECT gen_random_uuid(), 1, '[{\"product_id\": 1, \"quantity\": 1}]', 1 \
          FROM generate_series(1, 105)",
     )
-    .execute(&app.db.pool)
+    .execute(&app.db().pool)
     .await
     .expect("seed");
     for (query, expected) in [
@@ -120,9 +125,8 @@ async fn limits_are_capped_and_bad_parameters_are_422() {
     }
 }
 
-#[tokio::test]
-async fn an_unknown_order_is_404() {
-    let app = TestApp::spawn().await;
+async fn an_unknown_order_is_404(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let missing = app.get(&format!("/orders/{}", uuid::Uuid::new_v4())).await;
     assert_problem(missing, 404, "not-found").await;
     assert_problem(app.get("/orders/not-a-uuid").await, 404, "not-found").await;

@@ -6,9 +6,17 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use shared::keys;
+use testkit::Backend;
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, assert_problem, eventually, order_body};
+
+testkit::on_each_backend!(
+    a_rejection_settles_the_order_with_its_reason,
+    a_poison_message_is_dead_lettered_and_the_flow_goes_on,
+    cancelling_emits_order_cancelled_once_and_repeats_answer_the_same,
+    a_reservation_for_a_cancelled_order_leaves_it_cancelled_and_asks_for_a_release,
+);
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -56,7 +64,7 @@ async fn a_new_order_is_published_persistent_with_its_id_and_trace() {
     );
     let status: String = eventually(WAIT, || async {
         let status: String = sqlx::query_scalar("SELECT status FROM outbox")
-            .fetch_one(&app.db.pool)
+            .fetch_one(&app.db().pool)
             .await
             .ok()?;
         (status == "sent").then_some(status)
@@ -107,7 +115,7 @@ async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
     .await;
     let cancellations: i64 =
         sqlx::query_scalar("SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'")
-            .fetch_one(&app.db.pool)
+            .fetch_one(&app.db().pool)
             .await
             .expect("count");
     assert_eq!(cancellations, 1, "the duplicate asked for a second release");
@@ -119,9 +127,8 @@ async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn a_rejection_settles_the_order_with_its_reason() {
-    let app = TestApp::spawn_with_broker(|_| {}).await;
+async fn a_rejection_settles_the_order_with_its_reason(backend: Backend) {
+    let app = TestApp::spawn_with_broker_on(backend, |_| {}).await;
     let order = app.create_order(&order_body(1, 1001, 2)).await;
     let order_id = order["order_id"].as_str().expect("id");
     let probe = app.probe().await;
@@ -143,9 +150,8 @@ async fn a_rejection_settles_the_order_with_its_reason() {
     assert_problem(app.cancel(order_id).await, 409, "order-not-cancellable").await;
 }
 
-#[tokio::test]
-async fn a_poison_message_is_dead_lettered_and_the_flow_goes_on() {
-    let app = TestApp::spawn_with_broker(|_| {}).await;
+async fn a_poison_message_is_dead_lettered_and_the_flow_goes_on(backend: Backend) {
+    let app = TestApp::spawn_with_broker_on(backend, |_| {}).await;
     let probe = app.probe().await;
     probe
         .publish(
@@ -173,9 +179,8 @@ async fn a_poison_message_is_dead_lettered_and_the_flow_goes_on() {
     assert_eq!(probe.ready(&dlq).await, 1);
 }
 
-#[tokio::test]
-async fn cancelling_emits_order_cancelled_once_and_repeats_answer_the_same() {
-    let app = TestApp::spawn_with_broker(|_| {}).await;
+async fn cancelling_emits_order_cancelled_once_and_repeats_answer_the_same(backend: Backend) {
+    let app = TestApp::spawn_with_broker_on(backend, |_| {}).await;
     let order = app.create_order(&order_body(1, 1001, 2)).await;
     let order_id = order["order_id"].as_str().expect("id");
     let first = app.cancel(order_id).await;
@@ -203,9 +208,10 @@ async fn cancelling_emits_order_cancelled_once_and_repeats_answer_the_same() {
     .await;
 }
 
-#[tokio::test]
-async fn a_reservation_for_a_cancelled_order_leaves_it_cancelled_and_asks_for_a_release() {
-    let app = TestApp::spawn_with_broker(|_| {}).await;
+async fn a_reservation_for_a_cancelled_order_leaves_it_cancelled_and_asks_for_a_release(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_with_broker_on(backend, |_| {}).await;
     let order = app.create_order(&order_body(1, 1001, 2)).await;
     let order_id = order["order_id"].as_str().expect("id");
     assert_eq!(app.cancel(order_id).await.status(), 200);
@@ -239,7 +245,7 @@ async fn several_relays_publish_each_outbox_row_exactly_once() {
                 jsonb_build_object('n', n) FROM generate_series(1, $1) AS n",
     )
     .bind(rows)
-    .execute(&app.db.pool)
+    .execute(&app.db().pool)
     .await
     .expect("seed");
     // The app runs one relay; two more compete for the same rows.
@@ -255,7 +261,7 @@ async fn several_relays_publish_each_outbox_row_exactly_once() {
         };
         // Rows they did not write reach them by polling, as rows of other instances do.
         tokio::spawn(platform::messaging::relay::run(
-            app.db.pool.clone(),
+            app.db().pool.clone(),
             broker.clone(),
             settings,
             platform::messaging::outbox::OutboxSignal::default(),
@@ -274,7 +280,7 @@ async fn several_relays_publish_each_outbox_row_exactly_once() {
     assert_eq!(messages.len(), rows as usize);
     assert_eq!(ids.len(), rows as usize, "no row published twice");
     let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status <> 'sent'")
-        .fetch_one(&app.db.pool)
+        .fetch_one(&app.db().pool)
         .await
         .expect("count");
     assert_eq!(unsent, 0);
@@ -295,7 +301,7 @@ async fn an_unroutable_row_dies_after_its_attempts_and_an_operator_can_send_it_a
         "INSERT INTO outbox (event_id, exchange, routing_key, payload) \
          VALUES (gen_random_uuid(), 'inventory.events', 'nowhere.at.all', '{}')",
     )
-    .execute(&app.db.pool)
+    .execute(&app.db().pool)
     .await
     .expect("seed");
     let admin = |path: &str| {
@@ -325,7 +331,7 @@ async fn an_unroutable_row_dies_after_its_attempts_and_an_operator_can_send_it_a
 
     // The operator fixes the cause, then asks for one more send.
     sqlx::query("UPDATE outbox SET routing_key = 'order.cancelled', exchange = 'orders.events'")
-        .execute(&app.db.pool)
+        .execute(&app.db().pool)
         .await
         .expect("fix");
     let id = row["id"].as_i64().expect("id");
@@ -376,14 +382,14 @@ async fn a_relay_with_a_pace_waits_a_moment_and_sends_what_came_meanwhile_in_one
         ..Default::default()
     };
     tokio::spawn(platform::messaging::relay::run(
-        app.db.pool.clone(),
+        app.db().pool.clone(),
         broker,
         settings,
         signal.clone(),
         stop.clone(),
     ));
     let commit = |n: i32| {
-        let (pool, signal) = (app.db.pool.clone(), signal.clone());
+        let (pool, signal) = (app.db().pool.clone(), signal.clone());
         async move {
             sqlx::query(
                 "INSERT INTO outbox (event_id, exchange, routing_key, payload) \
@@ -398,7 +404,7 @@ async fn a_relay_with_a_pace_waits_a_moment_and_sends_what_came_meanwhile_in_one
         }
     };
     let sent_at = |n: i32| {
-        let pool = app.db.pool.clone();
+        let pool = app.db().pool.clone();
         async move {
             sqlx::query_scalar::<_, Option<chrono::DateTime<chrono::Utc>>>(
                 "SELECT sent_at FROM outbox WHERE payload->>'n' = $1::text",
@@ -460,7 +466,7 @@ async fn the_relay_publishes_the_rows_its_process_committed_without_a_sweep() {
     // Marked sent once the broker confirmed them, and published once each.
     eventually(WAIT, || async {
         let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status <> 'sent'")
-            .fetch_one(&app.db.pool)
+            .fetch_one(&app.db().pool)
             .await
             .ok()?;
         (unsent == 0).then_some(())
@@ -482,7 +488,7 @@ async fn a_row_nobody_handed_over_waits_for_the_sweep_age_then_goes_out_once() {
         "INSERT INTO outbox (event_id, exchange, routing_key, payload) \
          VALUES (gen_random_uuid(), 'orders.events', 'order.cancelled', '{}')",
     )
-    .execute(&app.db.pool)
+    .execute(&app.db().pool)
     .await
     .expect("seed");
     let probe = app.probe().await;
@@ -492,7 +498,7 @@ async fn a_row_nobody_handed_over_waits_for_the_sweep_age_then_goes_out_once() {
     assert_eq!(messages.len(), 1);
     let (created_at, sent_at): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
         sqlx::query_as("SELECT created_at, sent_at FROM outbox WHERE status = 'sent'")
-            .fetch_one(&app.db.pool)
+            .fetch_one(&app.db().pool)
             .await
             .expect("the row, sent");
     // Claimed by the sweep, whose transaction began once the row was old enough.

@@ -39,7 +39,7 @@ async fn an_order_commits_with_a_complete_order_created_event() {
         "SELECT event_id, exchange, routing_key, payload, headers, status, attempts, \
          next_attempt_at <= now() AS due FROM outbox",
     )
-    .fetch_one(&app.db.pool)
+    .fetch_one(&app.db().pool)
     .await
     .expect("one outbox row");
     assert_eq!(row.exchange, "orders.events");
@@ -79,7 +79,7 @@ async fn sent_rows_and_processed_ids_past_their_retention_are_deleted_in_batches
                       ('sent', now() - interval '2 hours'), ('sent', now()), \
                       ('dead', NULL::timestamptz)) AS r(status, sent_at)",
     )
-    .execute(&app.db.pool)
+    .execute(&app.db().pool)
     .await
     .expect("seed outbox");
     sqlx::query(
@@ -88,7 +88,7 @@ async fn sent_rows_and_processed_ids_past_their_retention_are_deleted_in_batches
          FROM (VALUES (now() - interval '2 hours'), (now() - interval '2 hours'), \
                       (now() - interval '2 hours'), (now())) AS r(at)",
     )
-    .execute(&app.db.pool)
+    .execute(&app.db().pool)
     .await
     .expect("seed processed messages");
     crate::helpers::eventually(std::time::Duration::from_secs(10), || async {
@@ -100,7 +100,7 @@ async fn sent_rows_and_processed_ids_past_their_retention_are_deleted_in_batches
     })
     .await;
     let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox ORDER BY status")
-        .fetch_all(&app.db.pool)
+        .fetch_all(&app.db().pool)
         .await
         .expect("statuses");
     assert_eq!(

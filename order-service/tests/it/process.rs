@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use shared::keys;
 use sqlx::Connection;
-use testkit::{AmqpProbe, TestDatabase, TestVhost};
+use testkit::{AmqpProbe, Backend, BackendDatabase, TestDatabase, TestVhost};
 
 #[tokio::test]
 async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
@@ -50,10 +50,10 @@ async fn the_binary_creates_its_database_serves_and_exits_cleanly_on_sigterm() {
         .expect("drop");
 }
 
-fn start(port: u16, db: &TestDatabase, vhost: &TestVhost, prefix: &str) -> Child {
+fn start(port: u16, db: &BackendDatabase, vhost: &TestVhost, prefix: &str) -> Child {
     testkit::service_command(
         env!("CARGO_BIN_EXE_order-service"),
-        &db.url,
+        db.url(),
         &vhost.url,
         prefix,
     )
@@ -62,9 +62,10 @@ fn start(port: u16, db: &TestDatabase, vhost: &TestVhost, prefix: &str) -> Child
     .expect("start the binary")
 }
 
-#[tokio::test]
-async fn orders_committed_before_a_kill_9_are_all_published_after_the_restart() {
-    let db = TestDatabase::create("orders_kill", &order_service::MIGRATOR).await;
+testkit::on_each_backend!(orders_committed_before_a_kill_9_are_all_published_after_the_restart);
+
+async fn orders_committed_before_a_kill_9_are_all_published_after_the_restart(backend: Backend) {
+    let db = BackendDatabase::create(backend, "orders_kill", order_service::migrators()).await;
     let vhost = TestVhost::create();
     let prefix = testkit::redis_prefix();
     let port = testkit::free_port();
@@ -90,10 +91,7 @@ async fn orders_committed_before_a_kill_9_are_all_published_after_the_restart() 
         .collect();
     first.kill().expect("SIGKILL");
     first.wait().expect("reaped");
-    let committed: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
-        .fetch_one(&db.pool)
-        .await
-        .expect("count");
+    let committed = db.count("SELECT count(*) FROM orders").await;
     assert_eq!(
         committed,
         placed.len() as i64,

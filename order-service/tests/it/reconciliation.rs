@@ -116,7 +116,7 @@ async fn stale_pending_orders_are_settled_or_published_again() {
     publish(&app, "order.created").await;
 
     let client = reqwest::Client::new();
-    let looked_at = reconcile_once(&app.db.pool.clone().into(), &client, &settings)
+    let looked_at = reconcile_once(&app.db().pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(looked_at, 3);
@@ -137,7 +137,7 @@ async fn creations(app: &TestApp, order_id: &str) -> (i64, i64) {
          WHERE routing_key = 'order.created' AND payload->'payload'->>'order_id' = $1",
     )
     .bind(order_id)
-    .fetch_one(&app.db.pool)
+    .fetch_one(&app.db().pool)
     .await
     .expect("creations")
 }
@@ -155,7 +155,7 @@ async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_b
     let waiting = id(&app.create_order(&order_body(1, 1002, 1)).await);
 
     for round in 1..=5 {
-        reconcile_once(&app.db.pool.clone().into(), &client, &settings)
+        reconcile_once(&app.db().pool.clone().into(), &client, &settings)
             .await
             .expect("round");
         assert_eq!(
@@ -175,7 +175,7 @@ async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_b
     publish(&app, "order.created").await;
     inventory.answer(&lost, "APPLIED");
     inventory.answer(&waiting, "APPLIED");
-    reconcile_once(&app.db.pool.clone().into(), &client, &settings)
+    reconcile_once(&app.db().pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     for order in [&lost, &waiting] {
@@ -199,7 +199,7 @@ async fn what_was_learned_before_an_unreadable_answer_is_written() {
     inventory.answer(&third, "APPLIED");
 
     let round = reconcile_once(
-        &app.db.pool.clone().into(),
+        &app.db().pool.clone().into(),
         &reqwest::Client::new(),
         &settings,
     )
@@ -224,7 +224,7 @@ async fn an_unreachable_inventory_changes_nothing() {
         payment_window: PaymentWindow::OFF,
     };
     reconcile_once(
-        &app.db.pool.clone().into(),
+        &app.db().pool.clone().into(),
         &reqwest::Client::new(),
         &settings,
     )
@@ -247,7 +247,7 @@ async fn cancelled_with_a_dead_cancellation(app: &TestApp, product_id: i64) -> S
          WHERE routing_key = 'order.cancelled' AND payload->'payload'->>'order_id' = $1",
     )
     .bind(&order)
-    .execute(&app.db.pool)
+    .execute(&app.db().pool)
     .await
     .expect("dead");
     assert_eq!(dead.rows_affected(), 1);
@@ -261,7 +261,7 @@ async fn cancellations(app: &TestApp, order_id: &str) -> (i64, i64) {
          WHERE routing_key = 'order.cancelled' AND payload->'payload'->>'order_id' = $1",
     )
     .bind(order_id)
-    .fetch_one(&app.db.pool)
+    .fetch_one(&app.db().pool)
     .await
     .expect("cancellations")
 }
@@ -269,7 +269,7 @@ async fn cancellations(app: &TestApp, order_id: &str) -> (i64, i64) {
 async fn release_recorded(app: &TestApp, order_id: &str) -> bool {
     sqlx::query_scalar("SELECT released_at IS NOT NULL FROM orders WHERE order_id = $1::uuid")
         .bind(order_id)
-        .fetch_one(&app.db.pool)
+        .fetch_one(&app.db().pool)
         .await
         .expect("released_at")
 }
@@ -282,7 +282,7 @@ async fn publish(app: &TestApp, routing_key: &str) {
          WHERE routing_key = $1 AND status = 'pending'",
     )
     .bind(routing_key)
-    .execute(&app.db.pool)
+    .execute(&app.db().pool)
     .await
     .expect("sent");
 }
@@ -300,7 +300,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
         after: Duration::from_secs(3600),
         ..settings.clone()
     };
-    let looked_at = reconcile_once(&app.db.pool.clone().into(), &client, &young)
+    let looked_at = reconcile_once(&app.db().pool.clone().into(), &client, &young)
         .await
         .expect("round");
     assert_eq!(
@@ -309,7 +309,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
         "a recent cancellation is left to the events"
     );
 
-    let looked_at = reconcile_once(&app.db.pool.clone().into(), &client, &settings)
+    let looked_at = reconcile_once(&app.db().pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(looked_at, 1);
@@ -320,7 +320,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
     );
 
     // The new one has not left the outbox yet: asking again sends no third.
-    reconcile_once(&app.db.pool.clone().into(), &client, &settings)
+    reconcile_once(&app.db().pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(inventory.asked(&order), 2);
@@ -328,7 +328,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
 
     // Published, and inventory still holds the stock: sent again.
     publish(&app, "order.cancelled").await;
-    reconcile_once(&app.db.pool.clone().into(), &client, &settings)
+    reconcile_once(&app.db().pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(cancellations(&app, &order).await, (3, 1));
@@ -337,11 +337,11 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
     // Inventory released it: recorded, and neither asked nor sent again.
     publish(&app, "order.cancelled").await;
     inventory.answer(&order, "RELEASED");
-    reconcile_once(&app.db.pool.clone().into(), &client, &settings)
+    reconcile_once(&app.db().pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert!(release_recorded(&app, &order).await);
-    let looked_at = reconcile_once(&app.db.pool.clone().into(), &client, &settings)
+    let looked_at = reconcile_once(&app.db().pool.clone().into(), &client, &settings)
         .await
         .expect("round");
     assert_eq!((looked_at, inventory.asked(&order)), (0, 4));
@@ -360,7 +360,7 @@ async fn a_cancelled_order_is_settled_by_what_inventory_holds_for_it() {
     inventory.answer(&rejected, "REJECTED");
 
     let looked_at = reconcile_once(
-        &app.db.pool.clone().into(),
+        &app.db().pool.clone().into(),
         &reqwest::Client::new(),
         &settings,
     )
@@ -385,7 +385,7 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
     let order = id(&app.create_order(&order_body(1, 1001, 2)).await);
     assert_eq!(app.cancel(&order).await.status(), 200);
     let handler = InventoryEvents::new(
-        app.db.pool.clone().into(),
+        app.db().pool.clone().into(),
         OutboxSignal::default(),
         PaymentWindow::OFF,
     );
@@ -416,7 +416,7 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
     );
 
     let looked_at = reconcile_once(
-        &app.db.pool.clone().into(),
+        &app.db().pool.clone().into(),
         &reqwest::Client::new(),
         &settings,
     )
@@ -439,13 +439,13 @@ async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled
     crate::payment::reserve(&app, &order, PaymentWindow::from_secs(1)).await;
     app.wait_for_status(&order, "EXPIRED").await;
     sqlx::query("UPDATE outbox SET status = 'dead' WHERE routing_key = 'order.cancelled'")
-        .execute(&app.db.pool)
+        .execute(&app.db().pool)
         .await
         .expect("dead");
     inventory.answer(&order, "APPLIED");
 
     let looked_at = reconcile_once(
-        &app.db.pool.clone().into(),
+        &app.db().pool.clone().into(),
         &reqwest::Client::new(),
         &settings,
     )
@@ -463,7 +463,7 @@ async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled
     publish(&app, "order.cancelled").await;
     inventory.answer(&order, "RELEASED");
     reconcile_once(
-        &app.db.pool.clone().into(),
+        &app.db().pool.clone().into(),
         &reqwest::Client::new(),
         &settings,
     )
@@ -471,7 +471,7 @@ async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled
     .expect("round");
     assert!(release_recorded(&app, &order).await);
     let looked_at = reconcile_once(
-        &app.db.pool.clone().into(),
+        &app.db().pool.clone().into(),
         &reqwest::Client::new(),
         &settings,
     )

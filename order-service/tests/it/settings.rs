@@ -1,7 +1,7 @@
 //! Settings: each one is range-checked at start, and the pool's sessions carry the server-side
 //! safeguards docs/configuration.md promises.
 
-use testkit::TestDatabase;
+use testkit::{BackendDatabase, TestDatabase};
 
 use crate::helpers::config_for;
 
@@ -89,7 +89,9 @@ async fn refused_start_with(env: &[(&str, &str)]) -> String {
 
 #[tokio::test]
 async fn pooled_connections_end_sessions_idle_in_a_transaction_after_30_s_and_plan_every_run() {
-    let db = TestDatabase::create("orders_settings", &order_service::MIGRATOR).await;
+    let db = BackendDatabase::Postgres(
+        TestDatabase::create("orders_settings", &order_service::MIGRATOR).await,
+    );
     let state = order_service::build_state(config_for(&db, &testkit::redis_prefix()))
         .await
         .expect("state");

@@ -10,12 +10,12 @@ async fn an_order_with_an_unknown_stored_status_is_an_error_not_a_pending_order(
     let id = order["order_id"].as_str().expect("id").to_owned();
     // Only a schema change could store it; the test plays one.
     sqlx::query("ALTER TABLE orders DROP CONSTRAINT orders_status_known")
-        .execute(&app.db.pool)
+        .execute(&app.db().pool)
         .await
         .expect("drop the check");
     sqlx::query("UPDATE orders SET status = 'SHIPPED' WHERE order_id = $1::uuid")
         .bind(&id)
-        .execute(&app.db.pool)
+        .execute(&app.db().pool)
         .await
         .expect("an unknown status");
     assert_problem(app.get(&format!("/orders/{id}")).await, 500, "internal").await;

@@ -1,12 +1,19 @@
 //! docs/contract.md §3: bad input gets a clear 4xx problem+json and changes nothing.
 
 use serde_json::json;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, assert_problem};
 
-#[tokio::test]
-async fn invalid_orders_are_refused_and_change_nothing() {
-    let app = TestApp::spawn().await;
+testkit::on_each_backend!(
+    invalid_orders_are_refused_and_change_nothing,
+    the_flat_one_item_form_is_accepted,
+    a_body_over_64_kib_is_refused_with_413,
+    control_characters_in_any_string_are_422_and_change_nothing,
+);
+
+async fn invalid_orders_are_refused_and_change_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let item = json!([{"product_id": 1001, "quantity": 1}]);
     let too_many: Vec<_> = (1..=101)
         .map(|p| json!({"product_id": p, "quantity": 1}))
@@ -54,9 +61,8 @@ async fn invalid_orders_are_refused_and_change_nothing() {
     assert_eq!(app.count("idempotency_keys").await, 0);
 }
 
-#[tokio::test]
-async fn the_flat_one_item_form_is_accepted() {
-    let app = TestApp::spawn().await;
+async fn the_flat_one_item_form_is_accepted(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let body = json!({"user_id": 1, "product_id": 1001, "quantity": 2, "amount": "200"});
     let response = app.post_order(&token, &body).await;
@@ -66,9 +72,8 @@ async fn the_flat_one_item_form_is_accepted() {
     assert_eq!(order["amount"], "200.00");
 }
 
-#[tokio::test]
-async fn a_body_over_64_kib_is_refused_with_413() {
-    let app = TestApp::spawn().await;
+async fn a_body_over_64_kib_is_refused_with_413(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let padding = "x".repeat(70 * 1024);
     let body = format!("{{\"user_id\": 1, \"pad\": \"{padding}\"}}");
@@ -79,9 +84,8 @@ async fn a_body_over_64_kib_is_refused_with_413() {
 
 /// docs/contract.md §3: a control character (U+0000–U+001F, U+007F) in any string — body, key, query or
 /// header — is a 422, and neither uses up the token nor writes anything.
-#[tokio::test]
-async fn control_characters_in_any_string_are_422_and_change_nothing() {
-    let app = TestApp::spawn().await;
+async fn control_characters_in_any_string_are_422_and_change_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let item = json!([{"product_id": 1001, "quantity": 1}]);
     let bodies = [
         json!({"user_id": 1, "items": item, "amount": "1\u{0}"}),

@@ -1,13 +1,14 @@
 //! [`record`]: a batch's stock change, first outcomes and hold ends, in one statement that
 //! commits them (on MySQL, the statements of `inventory_mysql::deductions::record` in one
-//! transaction, committed here).
+//! transaction, committed by its `mysql` module).
+
+mod mysql;
 
 use chrono::{DateTime, Utc};
 use platform::storage::Conn;
 use shared::events::{LineItem, RejectionReason};
 use shared::ids::ProductId;
 use sqlx::types::Json;
-use sqlx::{Acquire, MySqlConnection};
 
 use super::StoredDeduction;
 use crate::holds::queries::HoldRow;
@@ -88,7 +89,7 @@ pub async fn record(
 ) -> sqlx::Result<Recorded> {
     let conn = match conn {
         Conn::Postgres(conn) => conn,
-        Conn::MySql(conn) => return record_mysql(conn, judged, changes, new).await,
+        Conn::MySql(conn) => return mysql::record(conn, judged, changes, new).await,
     };
     let judged_ids: Vec<i64> = judged.iter().map(|(id, _)| id.0).collect();
     let judged_versions: Vec<i64> = judged.iter().map(|(_, row)| row.version).collect();
@@ -280,81 +281,6 @@ pub async fn record(
         })
         .collect();
     Ok(Recorded { written, decided })
-}
-
-/// [`record`] on MySQL: the same rows and guards, a guard that fell short the same
-/// serialization failure (40001), after which the transaction is rolled back (dropped).
-async fn record_mysql(
-    conn: &mut MySqlConnection,
-    judged: &[(ProductId, StockRow)],
-    changes: &[Change],
-    new: &Outcomes<'_>,
-) -> sqlx::Result<Recorded> {
-    use inventory_mysql::deductions as mysql;
-    let judged: Vec<(i64, inventory_mysql::StockRow)> = judged
-        .iter()
-        .map(|(id, row)| (id.0, (*row).into()))
-        .collect();
-    let changes: Vec<inventory_mysql::Change> = changes.iter().map(|c| (*c).into()).collect();
-    let units: Vec<Option<Vec<inventory_mysql::Unit>>> = new
-        .holds
-        .iter()
-        .map(|h| {
-            h.held.map(|items| {
-                items
-                    .iter()
-                    .map(|item| inventory_mysql::Unit {
-                        product_id: item.product_id.0,
-                        quantity: item.quantity,
-                    })
-                    .collect()
-            })
-        })
-        .collect();
-    let outcomes = mysql::Outcomes {
-        deductions: new
-            .deductions
-            .iter()
-            .map(|d| mysql::NewDeduction {
-                deduction_id: d.deduction_id,
-                fingerprint: d.fingerprint,
-                items: &d.items,
-                status: d.outcome.status.as_str(),
-                rejection_reason: d.outcome.rejection_reason.map(RejectionReason::as_str),
-                response_status: d.outcome.response_status,
-                response_body: &d.outcome.response_body,
-            })
-            .collect(),
-        holds: new
-            .holds
-            .iter()
-            .zip(&units)
-            .map(|(h, units)| mysql::NewHold {
-                hold_id: h.hold_id,
-                fingerprint: h.fingerprint,
-                items: &h.items,
-                rejection_reason: h.outcome.rejection_reason.map(RejectionReason::as_str),
-                response_status: h.outcome.response_status,
-                response_body: &h.outcome.response_body,
-                held: units.as_deref(),
-                created_at: h.created_at,
-                expires_at: h.expires_at,
-            })
-            .collect(),
-        confirms: new.confirms.clone(),
-        cancels: new.cancels.clone(),
-    };
-    let mut tx = conn.begin().await?;
-    let recorded = mysql::record(&mut tx, &judged, &changes, &outcomes).await?;
-    tx.commit().await?;
-    Ok(Recorded {
-        written: recorded
-            .written
-            .into_iter()
-            .map(|(id, row)| (ProductId(id), row.into()))
-            .collect(),
-        decided: recorded.decided.into_iter().map(HoldRow::from).collect(),
-    })
 }
 
 /// A hold an end changed, as the statement returns it: one JSON object per hold, since a

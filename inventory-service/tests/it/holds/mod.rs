@@ -73,7 +73,7 @@ impl TestApp {
     pub async fn make_due(&self, hold_id: &str) {
         sqlx::query("UPDATE holds SET expires_at = now() - interval '1 second' WHERE hold_id = $1")
             .bind(hold_id)
-            .execute(&self.db)
+            .execute(self.db())
             .await
             .expect("deadline moved");
     }
@@ -98,7 +98,7 @@ pub async fn assert_stock_adds_up(app: &TestApp, product: i64, initial: i64) {
            FROM products AS p WHERE p.product_id = $1",
     )
     .bind(product)
-    .fetch_one(&app.db)
+    .fetch_one(app.db())
     .await
     .expect("the ledger");
     let (stock, restocked, deducted, taken_by_holds, held_by_holds) = row;

@@ -31,7 +31,7 @@ async fn sweeping_every_50_ms() -> TestApp {
 
 async fn states(app: &TestApp) -> Vec<(String, String)> {
     sqlx::query_as("SELECT hold_id, state FROM holds ORDER BY hold_id")
-        .fetch_all(&app.db)
+        .fetch_all(app.db())
         .await
         .expect("hold states")
 }
@@ -40,7 +40,7 @@ async fn states(app: &TestApp) -> Vec<(String, String)> {
 async fn until_none_held(app: &TestApp) {
     eventually(Duration::from_secs(30), || async {
         let held: i64 = sqlx::query_scalar("SELECT count(*) FROM holds WHERE state = 'HELD'")
-            .fetch_one(&app.db)
+            .fetch_one(app.db())
             .await
             .ok()?;
         (held == 0).then_some(())
@@ -134,7 +134,7 @@ async fn two_instances_sweeping_at_once_expire_each_hold_once() {
         assert_eq!(answer.await.expect("a try task"), 201);
     }
     sqlx::query("UPDATE holds SET expires_at = now()")
-        .execute(&a.db)
+        .execute(a.db())
         .await
         .expect("every deadline reached");
     until_none_held(&a).await;
@@ -188,7 +188,7 @@ async fn holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes(
         let (decided, applied): (i64, i64) = sqlx::query_as(
             "SELECT count(*), count(*) FILTER (WHERE state = 'APPLIED') FROM reservations",
         )
-        .fetch_one(&app.db)
+        .fetch_one(app.db())
         .await
         .ok()?;
         (decided == EACH as i64).then_some(applied)
@@ -202,7 +202,7 @@ async fn holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes(
     assert_eq!(app.stock_and_held(1).await, (0, held));
     let refused_holds: i64 =
         sqlx::query_scalar("SELECT count(*) FROM holds WHERE state = 'REFUSED'")
-            .fetch_one(&app.db)
+            .fetch_one(app.db())
             .await
             .expect("count");
     assert_eq!(

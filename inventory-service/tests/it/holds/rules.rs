@@ -205,7 +205,7 @@ async fn past_its_deadline_the_clock_refuses_a_confirm_before_any_sweep_and_a_ca
     app.make_due("h-1").await;
     assert_problem(app.end_hold("h-1", "confirm").await, 409, "hold-expired").await;
     let state: String = sqlx::query_scalar("SELECT state FROM holds WHERE hold_id = 'h-1'")
-        .fetch_one(&app.db)
+        .fetch_one(app.db())
         .await
         .expect("state");
     assert_eq!(state, "HELD", "no sweep ran: the refusal was the clock's");
@@ -292,7 +292,7 @@ async fn unknown_holds_are_404_and_bad_input_is_refused_changing_nothing() {
     assert_eq!(anonymous_read.status(), 401);
     assert_eq!(app.stock_and_held(1).await, (10, 0));
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM holds")
-        .fetch_one(&app.db)
+        .fetch_one(app.db())
         .await
         .expect("count");
     assert_eq!(rows, 0, "nothing recorded");
@@ -341,24 +341,24 @@ async fn finished_holds_and_tombstones_are_kept_for_the_retention_period_and_nev
         "UPDATE holds SET updated_at = now() - interval '25 hours'
           WHERE hold_id IN ('old-confirmed', 'old-held', 'old-tombstone')",
     )
-    .execute(&app.db)
+    .execute(app.db())
     .await
     .expect("aged");
     sqlx::query("UPDATE holds SET updated_at = now() - interval '2 hours' WHERE hold_id = 'recent-confirmed'")
-        .execute(&app.db)
+        .execute(app.db())
         .await
         .expect("aged");
     let stop = tokio_util::sync::CancellationToken::new();
     // A retention of a second is raised to a day.
     inventory_service::holds::expiry::delete_finished(
-        &app.db.clone().into(),
+        &app.db().clone().into(),
         Duration::from_secs(1),
         &stop,
     )
     .await
     .expect("retention");
     let left: Vec<String> = sqlx::query_scalar("SELECT hold_id FROM holds ORDER BY hold_id")
-        .fetch_all(&app.db)
+        .fetch_all(app.db())
         .await
         .expect("holds");
     assert_eq!(

@@ -115,7 +115,7 @@ async fn another_users_order_is_not_found_to_read_or_to_cancel() {
     assert_eq!(mine["status"], "PENDING");
     let cancellations: i64 =
         sqlx::query_scalar("SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'")
-            .fetch_one(&app.db.pool)
+            .fetch_one(&app.db().pool)
             .await
             .expect("count");
     assert_eq!(cancellations, 0);

@@ -9,6 +9,14 @@ use super::*;
 use crate::helpers::{assert_problem, random_uuid};
 use crate::identity::{As, my_order, secret_identity};
 
+testkit::on_each_backend!(
+    with_the_window_off_a_reservation_confirms_at_once_and_confirm_returns_it,
+    a_reserved_order_waits_the_window_then_a_confirm_confirms_it_once,
+    at_or_after_the_due_time_the_clock_closes_the_window_before_any_expiry_ran,
+    orders_that_are_not_waiting_are_refused_not_awaiting_payment,
+    with_identity_on_only_the_owner_confirms,
+);
+
 fn time(order: &Value, field: &str) -> DateTime<Utc> {
     order[field]
         .as_str()
@@ -17,9 +25,10 @@ fn time(order: &Value, field: &str) -> DateTime<Utc> {
         .expect("RFC 3339")
 }
 
-#[tokio::test]
-async fn with_the_window_off_a_reservation_confirms_at_once_and_confirm_returns_it() {
-    let app = TestApp::spawn().await;
+async fn with_the_window_off_a_reservation_confirms_at_once_and_confirm_returns_it(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let pending = placed(&app).await;
     let response = confirm(&app, &pending).await;
     assert_eq!(
@@ -38,9 +47,8 @@ async fn with_the_window_off_a_reservation_confirms_at_once_and_confirm_returns_
     assert_problem(confirm(&app, &random_uuid()).await, 404, "not-found").await;
 }
 
-#[tokio::test]
-async fn a_reserved_order_waits_the_window_then_a_confirm_confirms_it_once() {
-    let app = app_with_window(600, NO_EXPIRY).await;
+async fn a_reserved_order_waits_the_window_then_a_confirm_confirms_it_once(backend: Backend) {
+    let app = app_with_window(backend, 600, NO_EXPIRY).await;
     let id = placed(&app).await;
     reserve(&app, &id, PaymentWindow::from_secs(600)).await;
     let waiting = order(&app, &id).await;
@@ -76,9 +84,10 @@ async fn a_reserved_order_waits_the_window_then_a_confirm_confirms_it_once() {
     }
 }
 
-#[tokio::test]
-async fn at_or_after_the_due_time_the_clock_closes_the_window_before_any_expiry_ran() {
-    let app = app_with_window(1, NO_EXPIRY).await;
+async fn at_or_after_the_due_time_the_clock_closes_the_window_before_any_expiry_ran(
+    backend: Backend,
+) {
+    let app = app_with_window(backend, 1, NO_EXPIRY).await;
     let id = placed(&app).await;
     reserve(&app, &id, PaymentWindow::from_secs(1)).await;
     wait_until_due(&app, &id).await;
@@ -91,21 +100,23 @@ async fn at_or_after_the_due_time_the_clock_closes_the_window_before_any_expiry_
     );
 }
 
-#[tokio::test]
-async fn orders_that_are_not_waiting_are_refused_not_awaiting_payment() {
-    let app = app_with_window(600, NO_EXPIRY).await;
+async fn orders_that_are_not_waiting_are_refused_not_awaiting_payment(backend: Backend) {
+    let app = app_with_window(backend, 600, NO_EXPIRY).await;
     let window = PaymentWindow::from_secs(600);
     let cancelled = placed(&app).await;
     assert_eq!(app.cancel(&cancelled).await.status(), 200);
     let rejected = placed(&app).await;
-    sqlx::query(
-        "UPDATE orders SET status = 'REJECTED', rejection_reason = 'insufficient_stock' \
-         WHERE order_id = $1::uuid",
-    )
-    .bind(&rejected)
-    .execute(&app.db.pool)
-    .await
-    .expect("rejected");
+    let reject = |id: String| {
+        format!(
+            "UPDATE orders SET status = 'REJECTED', rejection_reason = 'insufficient_stock' \
+             WHERE order_id = {id}"
+        )
+    };
+    let backend = app.database.backend();
+    let rejected_id = testkit::uuid_literal(backend, &rejected);
+    app.database
+        .execute(&reject(rejected_id.clone()), &reject(rejected_id))
+        .await;
     let waiting_then_cancelled = placed(&app).await;
     reserve(&app, &waiting_then_cancelled, window).await;
     let cancel = app.cancel(&waiting_then_cancelled).await;
@@ -129,9 +140,8 @@ async fn orders_that_are_not_waiting_are_refused_not_awaiting_payment() {
     assert_eq!(releases(&app, &waiting_then_cancelled).await, 1);
 }
 
-#[tokio::test]
-async fn with_identity_on_only_the_owner_confirms() {
-    let app = TestApp::spawn_with(|c| {
+async fn with_identity_on_only_the_owner_confirms(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |c| {
         c.identity = secret_identity();
         configure(c, 600, NO_EXPIRY);
     })

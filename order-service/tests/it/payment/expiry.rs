@@ -8,9 +8,15 @@ use serde_json::Value;
 use super::*;
 use crate::helpers::assert_problem;
 
-#[tokio::test]
-async fn an_order_still_waiting_at_its_due_time_expires_and_its_stock_is_asked_back_once() {
-    let app = app_with_window(1, Duration::from_millis(100)).await;
+testkit::on_each_backend!(
+    an_order_still_waiting_at_its_due_time_expires_and_its_stock_is_asked_back_once,
+    a_cancel_at_or_after_the_due_time_expires_the_order_instead,
+);
+
+async fn an_order_still_waiting_at_its_due_time_expires_and_its_stock_is_asked_back_once(
+    backend: Backend,
+) {
+    let app = app_with_window(backend, 1, Duration::from_millis(100)).await;
     let window = PaymentWindow::from_secs(1);
     let id = placed(&app).await;
     reserve(&app, &id, window).await;
@@ -42,9 +48,8 @@ async fn an_order_still_waiting_at_its_due_time_expires_and_its_stock_is_asked_b
     assert_eq!(releases(&app, &id).await, 2);
 }
 
-#[tokio::test]
-async fn a_cancel_at_or_after_the_due_time_expires_the_order_instead() {
-    let app = app_with_window(1, NO_EXPIRY).await;
+async fn a_cancel_at_or_after_the_due_time_expires_the_order_instead(backend: Backend) {
+    let app = app_with_window(backend, 1, NO_EXPIRY).await;
     let id = placed(&app).await;
     reserve(&app, &id, PaymentWindow::from_secs(1)).await;
     wait_until_due(&app, &id).await;

@@ -19,13 +19,14 @@ use reqwest::Response;
 use serde_json::Value;
 use shared::events::{Envelope, InventoryEvent, StockReserved};
 use shared::ids::OrderId;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, eventually, order_body};
 
-/// A service whose reservations wait `secs` for their payment; its expiry loop runs every
-/// `expiry_every`.
-async fn app_with_window(secs: u64, expiry_every: Duration) -> TestApp {
-    TestApp::spawn_with(|c| configure(c, secs, expiry_every)).await
+/// A service on `backend` whose reservations wait `secs` for their payment; its expiry loop
+/// runs every `expiry_every`.
+async fn app_with_window(backend: Backend, secs: u64, expiry_every: Duration) -> TestApp {
+    TestApp::spawn_on(backend, |c| configure(c, secs, expiry_every)).await
 }
 
 fn configure(config: &mut Config, secs: u64, expiry_every: Duration) {
@@ -45,7 +46,7 @@ async fn placed(app: &TestApp) -> String {
 /// Hands an `inventory.reserved` of `order_id` to a consumer handler on `app`'s database,
 /// settling with `window` as a service with that setting would.
 pub(crate) async fn reserve(app: &TestApp, order_id: &str, window: PaymentWindow) {
-    let handler = InventoryEvents::new(app.db.pool.clone().into(), OutboxSignal::default(), window);
+    let handler = InventoryEvents::new(app.database.database(), OutboxSignal::default(), window);
     let reserved = Envelope::new(InventoryEvent::Reserved(StockReserved {
         order_id: OrderId(order_id.parse().expect("uuid")),
         items: Vec::new(),
@@ -85,27 +86,27 @@ async fn confirm(app: &TestApp, order_id: &str) -> Response {
 
 /// `order.cancelled` rows written for the order (the releases asked of inventory).
 async fn releases(app: &TestApp, order_id: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM outbox \
-         WHERE routing_key = 'order.cancelled' AND payload->'payload'->>'order_id' = $1",
-    )
-    .bind(order_id)
-    .fetch_one(&app.db.pool)
-    .await
-    .expect("releases")
+    let releases = "SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'";
+    app.database
+        .scalar(
+            &format!("{releases} AND payload->'payload'->>'order_id' = '{order_id}'"),
+            &format!("{releases} AND JSON_VALUE(payload, '$.payload.order_id') = '{order_id}'"),
+        )
+        .await
 }
 
 /// Waits until the database's clock has reached the order's `payment_due_at`.
 async fn wait_until_due(app: &TestApp, order_id: &str) {
+    let due = format!(
+        "SELECT count(*) FROM orders WHERE order_id = {} AND payment_due_at <= {}",
+        testkit::uuid_literal(app.database.backend(), order_id),
+        match app.database.backend() {
+            Backend::Postgres => "now()",
+            Backend::MySql => "CURRENT_TIMESTAMP(6)",
+        }
+    );
     eventually(Duration::from_secs(30), || async {
-        let due: bool = sqlx::query_scalar(
-            "SELECT payment_due_at <= now() FROM orders WHERE order_id = $1::uuid",
-        )
-        .bind(order_id)
-        .fetch_one(&app.db.pool)
-        .await
-        .ok()?;
-        due.then_some(())
+        (app.database.count(&due).await == 1).then_some(())
     })
     .await;
 }

@@ -11,12 +11,17 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::helpers::config_for;
 
+testkit::on_each_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    confirms_racing_the_expiry_on_two_instances_never_both_confirm_and_give_back
+);
+
 const ORDERS: usize = 12;
 const CONFIRMS_PER_ORDER: usize = 6;
 
 /// A second instance on `app`'s database, serving until the returned token is dropped.
 async fn another_instance(app: &TestApp) -> (String, tokio_util::sync::DropGuard) {
-    let mut config = config_for(&app.db, &app.redis_prefix);
+    let mut config = config_for(&app.database, &app.redis_prefix);
     configure(&mut config, 1, Duration::from_millis(20));
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
@@ -28,9 +33,10 @@ async fn another_instance(app: &TestApp) -> (String, tokio_util::sync::DropGuard
     (base, shutdown.drop_guard())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn confirms_racing_the_expiry_on_two_instances_never_both_confirm_and_give_back() {
-    let app = app_with_window(1, Duration::from_millis(20)).await;
+async fn confirms_racing_the_expiry_on_two_instances_never_both_confirm_and_give_back(
+    backend: Backend,
+) {
+    let app = app_with_window(backend, 1, Duration::from_millis(20)).await;
     let (second, _running) = another_instance(&app).await;
     let mut ids = Vec::new();
     for _ in 0..ORDERS {

@@ -1,0 +1,150 @@
+//! One scenario, each database: a test written once against [`Backend`] runs on PostgreSQL
+//! and on MySQL / MariaDB ([`on_each_backend!`](crate::on_each_backend)), with a database of
+//! the backend it was given ([`BackendDatabase`]). The services see only its URL; the test
+//! reads the invariants back through the few queries here, in each dialect where they differ.
+
+use platform::startup::Migrators;
+use sqlx::{MySql, Postgres};
+
+use crate::TestDatabase;
+use crate::mysql::TestMySqlDatabase;
+
+/// The database a service runs on in a test, chosen as a service chooses it: by the URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    MySql,
+}
+
+/// A database that exists for one test, on either backend, dropped with this guard.
+#[derive(Debug)]
+pub enum BackendDatabase {
+    Postgres(TestDatabase),
+    MySql(TestMySqlDatabase),
+}
+
+impl BackendDatabase {
+    /// Creates a database for one test on `backend` and applies that backend's migrations (a
+    /// service's `migrators()`).
+    pub async fn create(backend: Backend, prefix: &str, migrations: Migrators<'_>) -> Self {
+        match backend {
+            Backend::Postgres => {
+                Self::Postgres(TestDatabase::create(prefix, migrations.postgres).await)
+            }
+            Backend::MySql => {
+                Self::MySql(TestMySqlDatabase::create(prefix, migrations.mysql).await)
+            }
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Self::Postgres(_) => Backend::Postgres,
+            Self::MySql(_) => Backend::MySql,
+        }
+    }
+
+    /// The database as a service's code takes it, for tests that drive that code without
+    /// the service.
+    pub fn database(&self) -> platform::storage::Database {
+        match self {
+            Self::Postgres(db) => db.pool.clone().into(),
+            Self::MySql(db) => platform::storage::Database::MySql(
+                platform::storage::mysql::MySqlStore(db.pool.clone()),
+            ),
+        }
+    }
+
+    /// The URL a service is configured with.
+    pub fn url(&self) -> &str {
+        match self {
+            Self::Postgres(db) => &db.url,
+            Self::MySql(db) => &db.url,
+        }
+    }
+
+    /// A count read with `sql`, a statement both dialects read alike (`SELECT count(*) …`
+    /// with literal values).
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.scalar(sql, sql).await
+    }
+
+    /// The one value the backend's own statement reads: `postgres` or `mysql`. For what the
+    /// dialects spell differently (JSON paths, uuids, casts); values are written into the
+    /// text, as a test's own literals.
+    pub async fn scalar<T>(&self, postgres: &str, mysql: &str) -> T
+    where
+        T: for<'r> sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+        T: for<'r> sqlx::Decode<'r, MySql> + sqlx::Type<MySql>,
+        T: Send + Unpin,
+    {
+        let read = match self {
+            Self::Postgres(db) => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(postgres.to_owned()))
+                    .fetch_one(&db.pool)
+                    .await
+            }
+            Self::MySql(db) => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(mysql.to_owned()))
+                    .fetch_one(&db.pool)
+                    .await
+            }
+        };
+        let sql = match self.backend() {
+            Backend::Postgres => postgres,
+            Backend::MySql => mysql,
+        };
+        read.unwrap_or_else(|error| panic!("{sql}: {error}"))
+    }
+
+    /// Runs `postgres` or `mysql`, a statement that changes rows; returns how many.
+    pub async fn execute(&self, postgres: &str, mysql: &str) -> u64 {
+        let done = match self {
+            Self::Postgres(db) => sqlx::query(sqlx::AssertSqlSafe(postgres.to_owned()))
+                .execute(&db.pool)
+                .await
+                .map(|done| done.rows_affected()),
+            Self::MySql(db) => sqlx::query(sqlx::AssertSqlSafe(mysql.to_owned()))
+                .execute(&db.pool)
+                .await
+                .map(|done| done.rows_affected()),
+        };
+        done.unwrap_or_else(|error| panic!("{postgres} / {mysql}: {error}"))
+    }
+}
+
+/// A uuid as each backend's statements compare it: PostgreSQL's `uuid`, MySQL's `BINARY(16)`
+/// (the migrations' type for a uuid there).
+pub fn uuid_literal(backend: Backend, id: &str) -> String {
+    match backend {
+        Backend::Postgres => format!("'{id}'::uuid"),
+        Backend::MySql => format!("UNHEX(REPLACE('{id}', '-', ''))"),
+    }
+}
+
+/// Each named scenario, an `async fn(Backend)` of the module, as two tests:
+/// `<scenario>::postgres` and `<scenario>::mysql` (a module and a function may share a
+/// name), so `cargo test` runs every one on both and names the backend that failed.
+/// A test attribute may lead the list (`#[tokio::test(flavor = "multi_thread")]`); plain
+/// `#[tokio::test]` otherwise.
+#[macro_export]
+macro_rules! on_each_backend {
+    (#[$test:meta] $($scenario:ident),+ $(,)?) => {
+        $(
+            mod $scenario {
+                #[$test]
+                async fn postgres() {
+                    super::$scenario($crate::Backend::Postgres).await;
+                }
+
+                #[$test]
+                async fn mysql() {
+                    super::$scenario($crate::Backend::MySql).await;
+                }
+            }
+        )+
+    };
+    ($($scenario:ident),+ $(,)?) => {
+        $crate::on_each_backend!(#[::tokio::test] $($scenario),+);
+    };
+}
