@@ -12,6 +12,8 @@ use uuid::Uuid;
 use crate::helpers::{TestApp, assert_problem, eventually, order_body};
 
 testkit::on_each_backend!(
+    a_new_order_is_published_persistent_with_its_id_and_trace,
+    a_reservation_confirms_the_order_and_its_duplicate_changes_nothing,
     a_rejection_settles_the_order_with_its_reason,
     a_poison_message_is_dead_lettered_and_the_flow_goes_on,
     cancelling_emits_order_cancelled_once_and_repeats_answer_the_same,
@@ -39,9 +41,8 @@ async fn publish_reserved(probe: &testkit::AmqpProbe, (event_id, envelope): &(St
         .await;
 }
 
-#[tokio::test]
-async fn a_new_order_is_published_persistent_with_its_id_and_trace() {
-    let app = TestApp::spawn_with_broker(|_| {}).await;
+async fn a_new_order_is_published_persistent_with_its_id_and_trace(backend: Backend) {
+    let app = TestApp::spawn_with_broker_on(backend, |_| {}).await;
     let order = app.create_order(&order_body(1, 1001, 2)).await;
     let probe = app.probe().await;
     let messages = probe
@@ -63,19 +64,16 @@ async fn a_new_order_is_published_persistent_with_its_id_and_trace() {
             .is_some_and(|t| t.starts_with("00-"))
     );
     let status: String = eventually(WAIT, || async {
-        let status: String = sqlx::query_scalar("SELECT status FROM outbox")
-            .fetch_one(&app.db().pool)
-            .await
-            .ok()?;
+        let read = "SELECT status FROM outbox";
+        let status: String = app.database.scalar(read, read).await;
         (status == "sent").then_some(status)
     })
     .await;
     assert_eq!(status, "sent");
 }
 
-#[tokio::test]
-async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
-    let app = TestApp::spawn_with_broker(|c| {
+async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing(backend: Backend) {
+    let app = TestApp::spawn_with_broker_on(backend, |c| {
         c.messaging.consumer_concurrency = 1;
         c.messaging.consumer_prefetch = 1;
     })
@@ -113,11 +111,10 @@ async fn a_reservation_confirms_the_order_and_its_duplicate_changes_nothing() {
         (app.count("processed_messages").await == 2).then_some(())
     })
     .await;
-    let cancellations: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'")
-            .fetch_one(&app.db().pool)
-            .await
-            .expect("count");
+    let cancellations = app
+        .database
+        .count("SELECT count(*) FROM outbox WHERE routing_key = 'order.cancelled'")
+        .await;
     assert_eq!(cancellations, 1, "the duplicate asked for a second release");
     assert_eq!(
         probe

@@ -19,8 +19,20 @@ use platform::telemetry::TraceContext;
 use serde_json::{Value, json};
 use shared::events::{Envelope, InventoryEvent, StockReleased};
 use shared::ids::OrderId;
+use testkit::Backend;
 
 use crate::helpers::{TestApp, order_body};
+
+testkit::on_each_backend!(
+    stale_pending_orders_are_settled_or_published_again,
+    an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_broker_is_away,
+    what_was_learned_before_an_unreadable_answer_is_written,
+    an_unreachable_inventory_changes_nothing,
+    a_cancellation_that_went_dead_is_sent_again_until_inventory_has_released_the_stock,
+    a_cancelled_order_is_settled_by_what_inventory_holds_for_it,
+    a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_again,
+    an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled_one,
+);
 
 /// Inventory's reservations as the stub answers them (404 for an order not in `known`), and
 /// how many times each order was asked about.
@@ -97,9 +109,8 @@ fn id(order: &Value) -> String {
     order["order_id"].as_str().expect("id").to_owned()
 }
 
-#[tokio::test]
-async fn stale_pending_orders_are_settled_or_published_again() {
-    let app = TestApp::spawn().await;
+async fn stale_pending_orders_are_settled_or_published_again(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let inventory = Inventory::default();
     let known = inventory.known.clone();
     let settings = inventory_stub(inventory.clone()).await;
@@ -116,7 +127,7 @@ async fn stale_pending_orders_are_settled_or_published_again() {
     publish(&app, "order.created").await;
 
     let client = reqwest::Client::new();
-    let looked_at = reconcile_once(&app.db().pool.clone().into(), &client, &settings)
+    let looked_at = reconcile_once(&app.database.database(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(looked_at, 3);
@@ -132,20 +143,31 @@ async fn stale_pending_orders_are_settled_or_published_again() {
 
 /// `order.created` rows of the order, as (all, still pending).
 async fn creations(app: &TestApp, order_id: &str) -> (i64, i64) {
-    sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE status = 'pending') FROM outbox \
-         WHERE routing_key = 'order.created' AND payload->'payload'->>'order_id' = $1",
-    )
-    .bind(order_id)
-    .fetch_one(&app.db().pool)
-    .await
-    .expect("creations")
+    rows_of(app, "order.created", order_id).await
 }
 
-#[tokio::test]
-async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_broker_is_away() {
+/// Outbox rows of `routing_key` for the order, as (all, still pending).
+async fn rows_of(app: &TestApp, routing_key: &str, order_id: &str) -> (i64, i64) {
+    let of_the_order = |status: &str| {
+        let rows =
+            format!("SELECT count(*) FROM outbox WHERE routing_key = '{routing_key}'{status}");
+        (
+            format!("{rows} AND payload->'payload'->>'order_id' = '{order_id}'"),
+            format!("{rows} AND JSON_VALUE(payload, '$.payload.order_id') = '{order_id}'"),
+        )
+    };
+    let (all, pending) = (of_the_order(""), of_the_order(" AND status = 'pending'"));
+    (
+        app.database.scalar(&all.0, &all.1).await,
+        app.database.scalar(&pending.0, &pending.1).await,
+    )
+}
+
+async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_broker_is_away(
+    backend: Backend,
+) {
     // The broker is unreachable: the relay publishes nothing, every new row stays pending.
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let inventory = Inventory::default();
     let settings = inventory_stub(inventory.clone()).await;
     let client = reqwest::Client::new();
@@ -155,7 +177,7 @@ async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_b
     let waiting = id(&app.create_order(&order_body(1, 1002, 1)).await);
 
     for round in 1..=5 {
-        reconcile_once(&app.db().pool.clone().into(), &client, &settings)
+        reconcile_once(&app.database.database(), &client, &settings)
             .await
             .expect("round");
         assert_eq!(
@@ -175,7 +197,7 @@ async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_b
     publish(&app, "order.created").await;
     inventory.answer(&lost, "APPLIED");
     inventory.answer(&waiting, "APPLIED");
-    reconcile_once(&app.db().pool.clone().into(), &client, &settings)
+    reconcile_once(&app.database.database(), &client, &settings)
         .await
         .expect("round");
     for order in [&lost, &waiting] {
@@ -185,9 +207,8 @@ async fn an_unseen_order_has_one_copy_of_its_creation_waiting_however_long_the_b
     assert_eq!(creations(&app, &waiting).await, (1, 0));
 }
 
-#[tokio::test]
-async fn what_was_learned_before_an_unreadable_answer_is_written() {
-    let app = TestApp::spawn().await;
+async fn what_was_learned_before_an_unreadable_answer_is_written(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let inventory = Inventory::default();
     let settings = inventory_stub(inventory.clone()).await;
     // Claimed oldest first: the second answer cannot be read, the third is never asked for.
@@ -198,12 +219,7 @@ async fn what_was_learned_before_an_unreadable_answer_is_written() {
     inventory.answer(&unreadable, "SOMETHING_NEW");
     inventory.answer(&third, "APPLIED");
 
-    let round = reconcile_once(
-        &app.db().pool.clone().into(),
-        &reqwest::Client::new(),
-        &settings,
-    )
-    .await;
+    let round = reconcile_once(&app.database.database(), &reqwest::Client::new(), &settings).await;
     assert!(round.is_err(), "an unreadable answer fails the round");
     assert_eq!(app.order_status(&first).await, "CONFIRMED");
     assert_eq!(app.order_status(&unreadable).await, "PENDING");
@@ -211,9 +227,8 @@ async fn what_was_learned_before_an_unreadable_answer_is_written() {
     assert_eq!(inventory.asked(&third), 0, "the asking stops at the error");
 }
 
-#[tokio::test]
-async fn an_unreachable_inventory_changes_nothing() {
-    let app = TestApp::spawn().await;
+async fn an_unreachable_inventory_changes_nothing(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let order = app.create_order(&order_body(1, 1001, 1)).await;
     let settings = ReconcileSettings {
         inventory_url: "http://127.0.0.1:1".into(),
@@ -223,13 +238,9 @@ async fn an_unreachable_inventory_changes_nothing() {
         batch: 100,
         payment_window: PaymentWindow::OFF,
     };
-    reconcile_once(
-        &app.db().pool.clone().into(),
-        &reqwest::Client::new(),
-        &settings,
-    )
-    .await
-    .expect("round");
+    reconcile_once(&app.database.database(), &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
     assert_eq!(
         app.order_status(order["order_id"].as_str().expect("id"))
             .await,
@@ -242,54 +253,52 @@ async fn an_unreachable_inventory_changes_nothing() {
 async fn cancelled_with_a_dead_cancellation(app: &TestApp, product_id: i64) -> String {
     let order = id(&app.create_order(&order_body(1, product_id, 1)).await);
     assert_eq!(app.cancel(&order).await.status(), 200);
-    let dead = sqlx::query(
-        "UPDATE outbox SET status = 'dead' \
-         WHERE routing_key = 'order.cancelled' AND payload->'payload'->>'order_id' = $1",
-    )
-    .bind(&order)
-    .execute(&app.db().pool)
-    .await
-    .expect("dead");
-    assert_eq!(dead.rows_affected(), 1);
+    let dead = "UPDATE outbox SET status = 'dead' WHERE routing_key = 'order.cancelled'";
+    let dead = app
+        .database
+        .execute(
+            &format!("{dead} AND payload->'payload'->>'order_id' = '{order}'"),
+            &format!("{dead} AND JSON_VALUE(payload, '$.payload.order_id') = '{order}'"),
+        )
+        .await;
+    assert_eq!(dead, 1);
     order
 }
 
 /// `order.cancelled` rows of the order, as (all, still pending).
 async fn cancellations(app: &TestApp, order_id: &str) -> (i64, i64) {
-    sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE status = 'pending') FROM outbox \
-         WHERE routing_key = 'order.cancelled' AND payload->'payload'->>'order_id' = $1",
-    )
-    .bind(order_id)
-    .fetch_one(&app.db().pool)
-    .await
-    .expect("cancellations")
+    rows_of(app, "order.cancelled", order_id).await
 }
 
 async fn release_recorded(app: &TestApp, order_id: &str) -> bool {
-    sqlx::query_scalar("SELECT released_at IS NOT NULL FROM orders WHERE order_id = $1::uuid")
-        .bind(order_id)
-        .fetch_one(&app.db().pool)
-        .await
-        .expect("released_at")
+    let id = testkit::uuid_literal(app.database.backend(), order_id);
+    let released = app
+        .database
+        .count(&format!(
+            "SELECT count(*) FROM orders WHERE order_id = {id} AND released_at IS NOT NULL"
+        ))
+        .await;
+    released == 1
 }
 
 /// Marks every pending row of `routing_key` sent, as the relay does once the broker
 /// confirmed it.
 async fn publish(app: &TestApp, routing_key: &str) {
-    sqlx::query(
-        "UPDATE outbox SET status = 'sent', sent_at = now() \
-         WHERE routing_key = $1 AND status = 'pending'",
-    )
-    .bind(routing_key)
-    .execute(&app.db().pool)
-    .await
-    .expect("sent");
+    let sent = |now: &str| {
+        format!(
+            "UPDATE outbox SET status = 'sent', sent_at = {now} \
+             WHERE routing_key = '{routing_key}' AND status = 'pending'"
+        )
+    };
+    app.database
+        .execute(&sent("now()"), &sent("CURRENT_TIMESTAMP(6)"))
+        .await;
 }
 
-#[tokio::test]
-async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_released_the_stock() {
-    let app = TestApp::spawn().await;
+async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_released_the_stock(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let inventory = Inventory::default();
     let settings = inventory_stub(inventory.clone()).await;
     let client = reqwest::Client::new();
@@ -300,7 +309,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
         after: Duration::from_secs(3600),
         ..settings.clone()
     };
-    let looked_at = reconcile_once(&app.db().pool.clone().into(), &client, &young)
+    let looked_at = reconcile_once(&app.database.database(), &client, &young)
         .await
         .expect("round");
     assert_eq!(
@@ -309,7 +318,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
         "a recent cancellation is left to the events"
     );
 
-    let looked_at = reconcile_once(&app.db().pool.clone().into(), &client, &settings)
+    let looked_at = reconcile_once(&app.database.database(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(looked_at, 1);
@@ -320,7 +329,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
     );
 
     // The new one has not left the outbox yet: asking again sends no third.
-    reconcile_once(&app.db().pool.clone().into(), &client, &settings)
+    reconcile_once(&app.database.database(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(inventory.asked(&order), 2);
@@ -328,7 +337,7 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
 
     // Published, and inventory still holds the stock: sent again.
     publish(&app, "order.cancelled").await;
-    reconcile_once(&app.db().pool.clone().into(), &client, &settings)
+    reconcile_once(&app.database.database(), &client, &settings)
         .await
         .expect("round");
     assert_eq!(cancellations(&app, &order).await, (3, 1));
@@ -337,20 +346,19 @@ async fn a_cancellation_that_went_dead_is_sent_again_until_inventory_has_release
     // Inventory released it: recorded, and neither asked nor sent again.
     publish(&app, "order.cancelled").await;
     inventory.answer(&order, "RELEASED");
-    reconcile_once(&app.db().pool.clone().into(), &client, &settings)
+    reconcile_once(&app.database.database(), &client, &settings)
         .await
         .expect("round");
     assert!(release_recorded(&app, &order).await);
-    let looked_at = reconcile_once(&app.db().pool.clone().into(), &client, &settings)
+    let looked_at = reconcile_once(&app.database.database(), &client, &settings)
         .await
         .expect("round");
     assert_eq!((looked_at, inventory.asked(&order)), (0, 4));
     assert_eq!(cancellations(&app, &order).await, (3, 0));
 }
 
-#[tokio::test]
-async fn a_cancelled_order_is_settled_by_what_inventory_holds_for_it() {
-    let app = TestApp::spawn().await;
+async fn a_cancelled_order_is_settled_by_what_inventory_holds_for_it(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let inventory = Inventory::default();
     let settings = inventory_stub(inventory.clone()).await;
     let unseen = cancelled_with_a_dead_cancellation(&app, 1001).await;
@@ -359,13 +367,9 @@ async fn a_cancelled_order_is_settled_by_what_inventory_holds_for_it() {
     inventory.answer(&tombstoned, "CANCELLED");
     inventory.answer(&rejected, "REJECTED");
 
-    let looked_at = reconcile_once(
-        &app.db().pool.clone().into(),
-        &reqwest::Client::new(),
-        &settings,
-    )
-    .await
-    .expect("round");
+    let looked_at = reconcile_once(&app.database.database(), &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
     assert_eq!(looked_at, 3);
     // Never seen by inventory: the cancellation must still reach it, to leave a tombstone.
     assert_eq!(cancellations(&app, &unseen).await, (2, 1));
@@ -377,15 +381,16 @@ async fn a_cancelled_order_is_settled_by_what_inventory_holds_for_it() {
     assert_eq!(app.order_status(&unseen).await, "CANCELLED");
 }
 
-#[tokio::test]
-async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_again() {
-    let app = TestApp::spawn().await;
+async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_again(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let inventory = Inventory::default();
     let settings = inventory_stub(inventory.clone()).await;
     let order = id(&app.create_order(&order_body(1, 1001, 2)).await);
     assert_eq!(app.cancel(&order).await.status(), 200);
     let handler = InventoryEvents::new(
-        app.db().pool.clone().into(),
+        app.database.database(),
         OutboxSignal::default(),
         PaymentWindow::OFF,
     );
@@ -415,20 +420,17 @@ async fn a_release_reported_by_inventory_is_recorded_once_and_not_asked_about_ag
         Handled::Duplicate
     );
 
-    let looked_at = reconcile_once(
-        &app.db().pool.clone().into(),
-        &reqwest::Client::new(),
-        &settings,
-    )
-    .await
-    .expect("round");
+    let looked_at = reconcile_once(&app.database.database(), &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
     assert_eq!((looked_at, inventory.asked(&order)), (0, 0));
     assert_eq!(cancellations(&app, &order).await.0, 1);
 }
 
-#[tokio::test]
-async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled_one() {
-    let app = TestApp::spawn_with(|c| {
+async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled_one(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |c| {
         c.payment_window = PaymentWindow::from_secs(1);
         c.payment_expiry_every = Duration::from_millis(100);
     })
@@ -438,19 +440,13 @@ async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled
     let order = id(&app.create_order(&order_body(1, 1001, 1)).await);
     crate::payment::reserve(&app, &order, PaymentWindow::from_secs(1)).await;
     app.wait_for_status(&order, "EXPIRED").await;
-    sqlx::query("UPDATE outbox SET status = 'dead' WHERE routing_key = 'order.cancelled'")
-        .execute(&app.db().pool)
-        .await
-        .expect("dead");
+    let dead = "UPDATE outbox SET status = 'dead' WHERE routing_key = 'order.cancelled'";
+    app.database.execute(dead, dead).await;
     inventory.answer(&order, "APPLIED");
 
-    let looked_at = reconcile_once(
-        &app.db().pool.clone().into(),
-        &reqwest::Client::new(),
-        &settings,
-    )
-    .await
-    .expect("round");
+    let looked_at = reconcile_once(&app.database.database(), &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
     assert_eq!(looked_at, 1);
     assert_eq!(
         cancellations(&app, &order).await,
@@ -462,20 +458,12 @@ async fn an_expired_order_whose_release_went_dead_is_sent_again_like_a_cancelled
     // Inventory released it: recorded, and not asked about again.
     publish(&app, "order.cancelled").await;
     inventory.answer(&order, "RELEASED");
-    reconcile_once(
-        &app.db().pool.clone().into(),
-        &reqwest::Client::new(),
-        &settings,
-    )
-    .await
-    .expect("round");
+    reconcile_once(&app.database.database(), &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
     assert!(release_recorded(&app, &order).await);
-    let looked_at = reconcile_once(
-        &app.db().pool.clone().into(),
-        &reqwest::Client::new(),
-        &settings,
-    )
-    .await
-    .expect("round");
+    let looked_at = reconcile_once(&app.database.database(), &reqwest::Client::new(), &settings)
+        .await
+        .expect("round");
     assert_eq!(looked_at, 0);
 }

@@ -71,37 +71,68 @@ impl TestApp {
 
     /// Moves every deadline of `hold_id` into the past, as if its TTL had run out.
     pub async fn make_due(&self, hold_id: &str) {
-        sqlx::query("UPDATE holds SET expires_at = now() - interval '1 second' WHERE hold_id = $1")
-            .bind(hold_id)
-            .execute(self.db())
-            .await
-            .expect("deadline moved");
+        let moved = self
+            .database
+            .execute(
+                &format!(
+                    "UPDATE holds SET expires_at = now() - interval '1 second' \
+                     WHERE hold_id = '{hold_id}'"
+                ),
+                &format!(
+                    "UPDATE holds SET expires_at = CURRENT_TIMESTAMP(6) - INTERVAL 1 SECOND \
+                     WHERE hold_id = '{hold_id}'"
+                ),
+            )
+            .await;
+        assert_eq!(moved, 1, "the deadline of {hold_id} moved");
     }
+}
+
+/// The units of `product` in the items of the rows of `table` (`deductions` or `holds`) that
+/// `condition` keeps.
+async fn units_of(app: &TestApp, product: i64, table: &str, condition: &str) -> i64 {
+    app.database
+        .scalar(
+            &format!(
+                "SELECT coalesce(sum((i->>'quantity')::bigint), 0)::bigint \
+                 FROM {table}, jsonb_array_elements(items) AS i \
+                 WHERE {condition} AND (i->>'product_id')::bigint = {product}"
+            ),
+            &format!(
+                "SELECT CAST(COALESCE(SUM(i.quantity), 0) AS SIGNED) \
+                 FROM {table}, JSON_TABLE(items, '$[*]' COLUMNS ( \
+                     product_id BIGINT PATH '$.product_id', quantity BIGINT PATH '$.quantity')) AS i \
+                 WHERE {condition} AND i.product_id = {product}"
+            ),
+        )
+        .await
 }
 
 /// Invariant 1 for the products of a test that only held, deducted and restocked: initial +
 /// restocks − stock = applied deductions + units of holds `HELD` or `CONFIRMED`, and `held` =
 /// the units of the `HELD` holds.
 pub async fn assert_stock_adds_up(app: &TestApp, product: i64, initial: i64) {
-    let row: (i64, i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT p.stock,
-                (SELECT coalesce(sum(quantity), 0)::bigint FROM restocks WHERE product_id = $1),
-                (SELECT coalesce(sum((i->>'quantity')::bigint), 0)::bigint
-                   FROM deductions, jsonb_array_elements(items) AS i
-                  WHERE status = 'APPLIED' AND (i->>'product_id')::bigint = $1),
-                (SELECT coalesce(sum((i->>'quantity')::bigint), 0)::bigint
-                   FROM holds, jsonb_array_elements(items) AS i
-                  WHERE state IN ('HELD', 'CONFIRMED') AND (i->>'product_id')::bigint = $1),
-                (SELECT coalesce(sum((i->>'quantity')::bigint), 0)::bigint
-                   FROM holds, jsonb_array_elements(items) AS i
-                  WHERE state = 'HELD' AND (i->>'product_id')::bigint = $1)
-           FROM products AS p WHERE p.product_id = $1",
-    )
-    .bind(product)
-    .fetch_one(app.db())
-    .await
-    .expect("the ledger");
-    let (stock, restocked, deducted, taken_by_holds, held_by_holds) = row;
+    let db = &app.database;
+    let stock = db
+        .count(&format!(
+            "SELECT stock FROM products WHERE product_id = {product}"
+        ))
+        .await;
+    let restocked: i64 = db
+        .scalar(
+            &format!(
+                "SELECT coalesce(sum(quantity), 0)::bigint FROM restocks \
+                 WHERE product_id = {product}"
+            ),
+            &format!(
+                "SELECT CAST(COALESCE(SUM(quantity), 0) AS SIGNED) FROM restocks \
+                 WHERE product_id = {product}"
+            ),
+        )
+        .await;
+    let deducted = units_of(app, product, "deductions", "status = 'APPLIED'").await;
+    let taken_by_holds = units_of(app, product, "holds", "state IN ('HELD', 'CONFIRMED')").await;
+    let held_by_holds = units_of(app, product, "holds", "state = 'HELD'").await;
     assert!(stock >= 0, "stock never negative");
     assert_eq!(
         initial + restocked - stock,

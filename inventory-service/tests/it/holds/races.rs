@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use testkit::{AmqpProbe, KilledOnDrop, TestDatabase, TestVhost, eventually};
+use testkit::{AmqpProbe, Backend, BackendDatabase, KilledOnDrop, TestVhost, eventually};
 use uuid::Uuid;
 
 use super::{assert_stock_adds_up, hold_body};
@@ -18,40 +18,63 @@ async fn second_instance(first: &TestApp) -> TestApp {
         first.config.database_urls[0].clone(),
         first.config.hold_expiry_interval,
     );
-    TestApp::spawn_with(move |c| {
+    TestApp::spawn_on(first.database.backend(), move |c| {
         c.database_urls = vec![url];
         c.hold_expiry_interval = every;
     })
     .await
 }
 
-async fn sweeping_every_50_ms() -> TestApp {
-    TestApp::spawn_with(|c| c.hold_expiry_interval = Duration::from_millis(50)).await
+async fn sweeping_every_50_ms(backend: Backend) -> TestApp {
+    TestApp::spawn_on(backend, |c| {
+        c.hold_expiry_interval = Duration::from_millis(50)
+    })
+    .await
 }
 
-async fn states(app: &TestApp) -> Vec<(String, String)> {
-    sqlx::query_as("SELECT hold_id, state FROM holds ORDER BY hold_id")
-        .fetch_all(app.db())
-        .await
-        .expect("hold states")
+/// The state of `hold_id`, as `GET /holds/{id}` reads it.
+async fn state_of(app: &TestApp, hold_id: &str) -> String {
+    let hold: Value = app.read_hold(hold_id).await.json().await.expect("a hold");
+    hold["state"].as_str().expect("a state").to_owned()
 }
 
 /// Waits until no hold is `HELD` any more.
 async fn until_none_held(app: &TestApp) {
     eventually(Duration::from_secs(30), || async {
-        let held: i64 = sqlx::query_scalar("SELECT count(*) FROM holds WHERE state = 'HELD'")
-            .fetch_one(app.db())
-            .await
-            .ok()?;
+        let held = app
+            .database
+            .count("SELECT count(*) FROM holds WHERE state = 'HELD'")
+            .await;
         (held == 0).then_some(())
     })
     .await;
 }
 
+testkit::on_each_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    confirms_racing_the_expiry_from_two_instances_end_each_hold_one_way,
+    holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes,
+    confirms_and_cancels_sent_at_once_are_each_decided_as_if_alone,
+);
+
+// On PostgreSQL only for now: on MariaDB, a hold's try whose product an expiry sweep (or the
+// other instance) moves every few milliseconds loses its read-to-write window again and
+// again and can spend its retries (503 `busy`), since the write there is a transaction of
+// several round trips rather than one statement (docs/database-backends.md, "What is left").
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn confirms_racing_the_expiry_from_two_instances_end_each_hold_one_way() {
+async fn two_instances_sweeping_at_once_expire_each_hold_once() {
+    sweeping_at_once(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holds_due_when_an_instance_is_killed_still_expire_once() {
+    killed_with_holds_due(Backend::Postgres).await;
+}
+
+async fn confirms_racing_the_expiry_from_two_instances_end_each_hold_one_way(backend: Backend) {
     const HOLDS: usize = 40;
-    let a = sweeping_every_50_ms().await;
+    let a = sweeping_every_50_ms(backend).await;
     let b = second_instance(&a).await;
     a.create_product(1, 1_000).await;
     let mut deadlines = Vec::new();
@@ -94,9 +117,10 @@ async fn confirms_racing_the_expiry_from_two_instances_end_each_hold_one_way() {
         confirmed[i] |= status == 200;
     }
     until_none_held(&a).await;
-    let states = states(&a).await;
-    for (i, (id, state)) in states.iter().enumerate() {
-        let expected = if confirmed[i] { "CONFIRMED" } else { "EXPIRED" };
+    for (i, confirmed) in confirmed.iter().enumerate() {
+        let id = format!("h-{i:02}");
+        let state = state_of(&a, &id).await;
+        let expected = if *confirmed { "CONFIRMED" } else { "EXPIRED" };
         assert_eq!(
             state, expected,
             "{id}: a confirm answered 200 exactly when it is confirmed"
@@ -111,9 +135,8 @@ async fn confirms_racing_the_expiry_from_two_instances_end_each_hold_one_way() {
     assert_stock_adds_up(&a, 1, 1_000).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_instances_sweeping_at_once_expire_each_hold_once() {
-    let a = sweeping_every_50_ms().await;
+async fn sweeping_at_once(backend: Backend) {
+    let a = sweeping_every_50_ms(backend).await;
     let b = second_instance(&a).await;
     for product in 1..=5 {
         a.create_product(product, 1_000).await;
@@ -133,12 +156,15 @@ async fn two_instances_sweeping_at_once_expire_each_hold_once() {
     for answer in tries {
         assert_eq!(answer.await.expect("a try task"), 201);
     }
-    sqlx::query("UPDATE holds SET expires_at = now()")
-        .execute(a.db())
-        .await
-        .expect("every deadline reached");
+    a.database
+        .execute(
+            "UPDATE holds SET expires_at = now()",
+            "UPDATE holds SET expires_at = CURRENT_TIMESTAMP(6)",
+        )
+        .await;
     until_none_held(&a).await;
-    assert!(states(&a).await.iter().all(|(_, state)| state == "EXPIRED"));
+    let not_expired = "SELECT count(*) FROM holds WHERE state <> 'EXPIRED'";
+    assert_eq!(a.database.count(not_expired).await, 0);
     for product in 1..=5 {
         assert_eq!(
             a.stock_and_held(product).await,
@@ -149,11 +175,10 @@ async fn two_instances_sweeping_at_once_expire_each_hold_once() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes() {
+async fn holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes(backend: Backend) {
     const EACH: usize = 80;
     const STOCK: i64 = 100;
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, STOCK).await;
     let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
     let orders: Vec<Uuid> = (0..EACH).map(|_| Uuid::now_v7()).collect();
@@ -185,12 +210,14 @@ async fn holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes(
         }
     }
     let reserved: i64 = eventually(Duration::from_secs(30), || async {
-        let (decided, applied): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE state = 'APPLIED') FROM reservations",
-        )
-        .fetch_one(app.db())
-        .await
-        .ok()?;
+        let decided = app
+            .database
+            .count("SELECT count(*) FROM reservations")
+            .await;
+        let applied = app
+            .database
+            .count("SELECT count(*) FROM reservations WHERE state = 'APPLIED'")
+            .await;
         (decided == EACH as i64).then_some(applied)
     })
     .await;
@@ -200,11 +227,10 @@ async fn holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes(
         "every unit taken once, none oversold"
     );
     assert_eq!(app.stock_and_held(1).await, (0, held));
-    let refused_holds: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM holds WHERE state = 'REFUSED'")
-            .fetch_one(app.db())
-            .await
-            .expect("count");
+    let refused_holds = app
+        .database
+        .count("SELECT count(*) FROM holds WHERE state = 'REFUSED'")
+        .await;
     assert_eq!(
         refused_holds,
         EACH as i64 - held,
@@ -212,21 +238,23 @@ async fn holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes(
     );
 }
 
-#[tokio::test]
-async fn holds_due_when_an_instance_is_killed_still_expire_once() {
+async fn killed_with_holds_due(backend: Backend) {
     const HOLDS: usize = 300;
-    let db = TestDatabase::create("inventory_holds_kill", &inventory_service::MIGRATOR).await;
+    let db = BackendDatabase::create(
+        backend,
+        "inventory_holds_kill",
+        inventory_service::migrators(),
+    )
+    .await;
     let vhost = TestVhost::create();
-    sqlx::query("INSERT INTO products (product_id, name, stock) VALUES (1, 'Held', 10000)")
-        .execute(&db.pool)
-        .await
-        .expect("a product");
+    let product = "INSERT INTO products (product_id, name, stock) VALUES (1, 'Held', 10000)";
+    db.execute(product, product).await;
     let admin = "kill-admin-token";
     let start = |port: u16| {
         let mut command = testkit::service_command_on(
             port,
             env!("CARGO_BIN_EXE_inventory-service"),
-            &db.url,
+            db.url(),
             &vhost.url,
         );
         command
@@ -251,10 +279,12 @@ async fn holds_due_when_an_instance_is_killed_still_expire_once() {
     }
     // Killed while the holds come due and its sweep is at work.
     let due: i64 = loop {
-        let due: i64 = sqlx::query_scalar("SELECT count(*) FROM holds WHERE expires_at <= now()")
-            .fetch_one(&db.pool)
-            .await
-            .expect("count");
+        let due: i64 = db
+            .scalar(
+                "SELECT count(*) FROM holds WHERE expires_at <= now()",
+                "SELECT count(*) FROM holds WHERE expires_at <= CURRENT_TIMESTAMP(6)",
+            )
+            .await;
         if due > 0 {
             break due;
         }
@@ -267,25 +297,21 @@ async fn holds_due_when_an_instance_is_killed_still_expire_once() {
     let other = testkit::free_port();
     let _second = start(other);
     eventually(Duration::from_secs(30), || async {
-        let held: i64 = sqlx::query_scalar("SELECT count(*) FROM holds WHERE state <> 'EXPIRED'")
-            .fetch_one(&db.pool)
-            .await
-            .ok()?;
+        let held = db
+            .count("SELECT count(*) FROM holds WHERE state <> 'EXPIRED'")
+            .await;
         (held == 0).then_some(())
     })
     .await;
-    let (stock, units): (i64, i64) = sqlx::query_as(
-        "SELECT stock, (SELECT count(*) FROM held_units) FROM products WHERE product_id = 1",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .expect("stock");
+    let stock = db
+        .count("SELECT stock FROM products WHERE product_id = 1")
+        .await;
+    let units = db.count("SELECT count(*) FROM held_units").await;
     assert_eq!((stock, units), (10_000, 0), "every unit back exactly once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn confirms_and_cancels_sent_at_once_are_each_decided_as_if_alone() {
-    let app = TestApp::spawn().await;
+async fn confirms_and_cancels_sent_at_once_are_each_decided_as_if_alone(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 1_000).await;
     app.create_product(2, 1_000).await;
     for i in 0..60 {
@@ -334,10 +360,17 @@ async fn confirms_and_cancels_sent_at_once_are_each_decided_as_if_alone() {
         };
         assert_eq!((status, state.as_str()), (200, expected), "{step} of {id}");
     }
-    let states = states(&app).await;
-    let count = |state: &str| states.iter().filter(|(_, s)| s == state).count();
+    let db = &app.database;
+    let count = |state: &str| {
+        let sql = format!("SELECT count(*) FROM holds WHERE state = '{state}'");
+        async move { db.count(&sql).await }
+    };
     assert_eq!(
-        (count("CONFIRMED"), count("CANCELLED"), count("HELD")),
+        (
+            count("CONFIRMED").await,
+            count("CANCELLED").await,
+            count("HELD").await
+        ),
         (20, 30, 20)
     );
     // Held: 40..60, half (2 of product 1), half (1 of 1 and 3 of 2). Sold: 0..20 likewise.

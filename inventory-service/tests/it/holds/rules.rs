@@ -4,15 +4,34 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use testkit::eventually;
+use testkit::{Backend, eventually};
 
 use super::{assert_stock_adds_up, hold_body};
 use crate::helpers::{TestApp, assert_problem, assert_replayed};
 
+testkit::on_each_backend!(
+    a_try_holds_every_item_until_its_deadline_and_a_read_shows_it,
+    a_try_without_a_ttl_lasts_hold_ttl_secs,
+    a_repeated_try_replays_its_first_outcome_and_another_body_is_refused,
+    a_refused_try_holds_nothing_and_replays_its_refusal_even_after_a_restock,
+    a_confirm_sells_the_units_once_and_a_cancel_after_it_is_refused,
+    a_cancel_gives_the_units_back_once_and_a_confirm_after_it_is_refused,
+    a_cancel_before_its_try_leaves_a_tombstone_that_refuses_the_try,
+    past_its_deadline_the_clock_refuses_a_confirm_before_any_sweep_and_a_cancel_expires_it,
+    a_hold_left_alone_expires_within_seconds_and_its_units_return_once,
+    unknown_holds_are_404_and_bad_input_is_refused_changing_nothing,
+    a_hold_and_a_deduction_may_share_an_id,
+    hold_metrics_are_exposed_from_start,
+    finished_holds_and_tombstones_are_kept_for_the_retention_period_and_never_under_a_day,
+);
+
 /// An instance whose expiry sweep does not run during the test: what a confirm or cancel
 /// decides past a deadline is then the clock's doing alone.
-async fn without_sweep() -> TestApp {
-    TestApp::spawn_with(|c| c.hold_expiry_interval = Duration::from_secs(60)).await
+async fn without_sweep(backend: Backend) -> TestApp {
+    TestApp::spawn_on(backend, |c| {
+        c.hold_expiry_interval = Duration::from_secs(60)
+    })
+    .await
 }
 
 fn time(value: &Value) -> DateTime<Utc> {
@@ -30,9 +49,8 @@ async fn assert_replays(again: reqwest::Response, first: &[u8]) {
     assert_eq!(again.bytes().await.expect("body"), first);
 }
 
-#[tokio::test]
-async fn a_try_holds_every_item_until_its_deadline_and_a_read_shows_it() {
-    let app = without_sweep().await;
+async fn a_try_holds_every_item_until_its_deadline_and_a_read_shows_it(backend: Backend) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     app.create_product(2, 10).await;
     let response = app.hold("h-1", &[(2, 4), (1, 3)], Some(600)).await;
@@ -57,9 +75,8 @@ async fn a_try_holds_every_item_until_its_deadline_and_a_read_shows_it() {
     }
 }
 
-#[tokio::test]
-async fn a_try_without_a_ttl_lasts_hold_ttl_secs() {
-    let app = TestApp::spawn_with(|c| c.hold_ttl_secs = 120).await;
+async fn a_try_without_a_ttl_lasts_hold_ttl_secs(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |c| c.hold_ttl_secs = 120).await;
     app.create_product(1, 10).await;
     let hold: Value = app
         .hold("h-1", &[(1, 1)], None)
@@ -71,9 +88,8 @@ async fn a_try_without_a_ttl_lasts_hold_ttl_secs() {
     assert_eq!(lasts.num_seconds(), 120);
 }
 
-#[tokio::test]
-async fn a_repeated_try_replays_its_first_outcome_and_another_body_is_refused() {
-    let app = without_sweep().await;
+async fn a_repeated_try_replays_its_first_outcome_and_another_body_is_refused(backend: Backend) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     let first = app.hold("h-1", &[(1, 3)], Some(60)).await;
     assert_eq!(first.status(), 201);
@@ -92,9 +108,10 @@ async fn a_repeated_try_replays_its_first_outcome_and_another_body_is_refused() 
     assert_eq!(app.stock_and_held(1).await, (7, 0));
 }
 
-#[tokio::test]
-async fn a_refused_try_holds_nothing_and_replays_its_refusal_even_after_a_restock() {
-    let app = without_sweep().await;
+async fn a_refused_try_holds_nothing_and_replays_its_refusal_even_after_a_restock(
+    backend: Backend,
+) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 2).await;
     app.create_product(2, 10).await;
     let short = app.hold("h-short", &[(1, 3), (2, 1)], Some(60)).await;
@@ -128,9 +145,8 @@ async fn a_refused_try_holds_nothing_and_replays_its_refusal_even_after_a_restoc
     assert_problem(still, 409, "insufficient-stock").await;
 }
 
-#[tokio::test]
-async fn a_confirm_sells_the_units_once_and_a_cancel_after_it_is_refused() {
-    let app = without_sweep().await;
+async fn a_confirm_sells_the_units_once_and_a_cancel_after_it_is_refused(backend: Backend) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     assert_eq!(app.hold("h-1", &[(1, 3)], Some(60)).await.status(), 201);
     let confirmed = app.end_hold("h-1", "confirm").await;
@@ -150,9 +166,8 @@ async fn a_confirm_sells_the_units_once_and_a_cancel_after_it_is_refused() {
     assert_stock_adds_up(&app, 1, 10).await;
 }
 
-#[tokio::test]
-async fn a_cancel_gives_the_units_back_once_and_a_confirm_after_it_is_refused() {
-    let app = without_sweep().await;
+async fn a_cancel_gives_the_units_back_once_and_a_confirm_after_it_is_refused(backend: Backend) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     app.create_product(2, 10).await;
     assert_eq!(
@@ -170,9 +185,8 @@ async fn a_cancel_gives_the_units_back_once_and_a_confirm_after_it_is_refused() 
     assert_stock_adds_up(&app, 1, 10).await;
 }
 
-#[tokio::test]
-async fn a_cancel_before_its_try_leaves_a_tombstone_that_refuses_the_try() {
-    let app = without_sweep().await;
+async fn a_cancel_before_its_try_leaves_a_tombstone_that_refuses_the_try(backend: Backend) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     let tombstone = app.end_hold("late", "cancel").await;
     assert_eq!(tombstone.status(), 200);
@@ -197,17 +211,16 @@ async fn a_cancel_before_its_try_leaves_a_tombstone_that_refuses_the_try() {
     assert_eq!(again, tombstone);
 }
 
-#[tokio::test]
-async fn past_its_deadline_the_clock_refuses_a_confirm_before_any_sweep_and_a_cancel_expires_it() {
-    let app = without_sweep().await;
+async fn past_its_deadline_the_clock_refuses_a_confirm_before_any_sweep_and_a_cancel_expires_it(
+    backend: Backend,
+) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     assert_eq!(app.hold("h-1", &[(1, 3)], Some(60)).await.status(), 201);
     app.make_due("h-1").await;
     assert_problem(app.end_hold("h-1", "confirm").await, 409, "hold-expired").await;
-    let state: String = sqlx::query_scalar("SELECT state FROM holds WHERE hold_id = 'h-1'")
-        .fetch_one(app.db())
-        .await
-        .expect("state");
+    let read = "SELECT state FROM holds WHERE hold_id = 'h-1'";
+    let state: String = app.database.scalar(read, read).await;
     assert_eq!(state, "HELD", "no sweep ran: the refusal was the clock's");
     assert_eq!(app.stock_and_held(1).await, (7, 3));
 
@@ -223,9 +236,11 @@ async fn past_its_deadline_the_clock_refuses_a_confirm_before_any_sweep_and_a_ca
     assert_eq!(app.stock_and_held(1).await, (10, 0), "back once");
 }
 
-#[tokio::test]
-async fn a_hold_left_alone_expires_within_seconds_and_its_units_return_once() {
-    let app = TestApp::spawn_with(|c| c.hold_expiry_interval = Duration::from_millis(100)).await;
+async fn a_hold_left_alone_expires_within_seconds_and_its_units_return_once(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |c| {
+        c.hold_expiry_interval = Duration::from_millis(100)
+    })
+    .await;
     app.create_product(1, 10).await;
     assert_eq!(app.hold("h-1", &[(1, 4)], Some(1)).await.status(), 201);
     assert_eq!(app.hold("h-2", &[(1, 1)], Some(600)).await.status(), 201);
@@ -243,9 +258,8 @@ async fn a_hold_left_alone_expires_within_seconds_and_its_units_return_once() {
     assert_stock_adds_up(&app, 1, 10).await;
 }
 
-#[tokio::test]
-async fn unknown_holds_are_404_and_bad_input_is_refused_changing_nothing() {
-    let app = without_sweep().await;
+async fn unknown_holds_are_404_and_bad_input_is_refused_changing_nothing(backend: Backend) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     assert_problem(app.read_hold("nobody").await, 404, "not-found").await;
     assert_problem(app.end_hold("nobody", "confirm").await, 404, "not-found").await;
@@ -291,16 +305,12 @@ async fn unknown_holds_are_404_and_bad_input_is_refused_changing_nothing() {
         .expect("GET");
     assert_eq!(anonymous_read.status(), 401);
     assert_eq!(app.stock_and_held(1).await, (10, 0));
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM holds")
-        .fetch_one(app.db())
-        .await
-        .expect("count");
+    let rows = app.database.count("SELECT count(*) FROM holds").await;
     assert_eq!(rows, 0, "nothing recorded");
 }
 
-#[tokio::test]
-async fn a_hold_and_a_deduction_may_share_an_id() {
-    let app = without_sweep().await;
+async fn a_hold_and_a_deduction_may_share_an_id(backend: Backend) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     assert_eq!(app.deduct("same", &[(1, 2)]).await.status(), 200);
     assert_eq!(app.hold("same", &[(1, 3)], Some(60)).await.status(), 201);
@@ -308,9 +318,8 @@ async fn a_hold_and_a_deduction_may_share_an_id() {
     assert_stock_adds_up(&app, 1, 10).await;
 }
 
-#[tokio::test]
-async fn hold_metrics_are_exposed_from_start() {
-    let app = without_sweep().await;
+async fn hold_metrics_are_exposed_from_start(backend: Backend) {
+    let app = without_sweep(backend).await;
     let metrics = app.metrics().await;
     for series in [
         r#"hold_transitions_total{to="HELD"}"#,
@@ -326,9 +335,10 @@ async fn hold_metrics_are_exposed_from_start() {
     }
 }
 
-#[tokio::test]
-async fn finished_holds_and_tombstones_are_kept_for_the_retention_period_and_never_under_a_day() {
-    let app = without_sweep().await;
+async fn finished_holds_and_tombstones_are_kept_for_the_retention_period_and_never_under_a_day(
+    backend: Backend,
+) {
+    let app = without_sweep(backend).await;
     app.create_product(1, 10).await;
     for id in ["old-confirmed", "recent-confirmed", "old-held"] {
         assert_eq!(app.hold(id, &[(1, 1)], Some(600)).await.status(), 201);
@@ -337,33 +347,39 @@ async fn finished_holds_and_tombstones_are_kept_for_the_retention_period_and_nev
         assert_eq!(app.end_hold(id, "confirm").await.status(), 200);
     }
     assert_eq!(app.end_hold("old-tombstone", "cancel").await.status(), 200);
-    sqlx::query(
-        "UPDATE holds SET updated_at = now() - interval '25 hours'
-          WHERE hold_id IN ('old-confirmed', 'old-held', 'old-tombstone')",
-    )
-    .execute(app.db())
-    .await
-    .expect("aged");
-    sqlx::query("UPDATE holds SET updated_at = now() - interval '2 hours' WHERE hold_id = 'recent-confirmed'")
-        .execute(app.db())
-        .await
-        .expect("aged");
+    for (hours, ids) in [
+        (25, "'old-confirmed', 'old-held', 'old-tombstone'"),
+        (2, "'recent-confirmed'"),
+    ] {
+        app.database
+            .execute(
+                &format!(
+                    "UPDATE holds SET updated_at = now() - interval '{hours} hours' \
+                     WHERE hold_id IN ({ids})"
+                ),
+                &format!(
+                    "UPDATE holds SET updated_at = CURRENT_TIMESTAMP(6) - INTERVAL {hours} HOUR \
+                     WHERE hold_id IN ({ids})"
+                ),
+            )
+            .await;
+    }
     let stop = tokio_util::sync::CancellationToken::new();
     // A retention of a second is raised to a day.
     inventory_service::holds::expiry::delete_finished(
-        &app.db().clone().into(),
+        &app.database.database(),
         Duration::from_secs(1),
         &stop,
     )
     .await
     .expect("retention");
-    let left: Vec<String> = sqlx::query_scalar("SELECT hold_id FROM holds ORDER BY hold_id")
-        .fetch_all(app.db())
-        .await
-        .expect("holds");
+    let kept = "SELECT count(*) FROM holds WHERE hold_id IN ('old-held', 'recent-confirmed')";
     assert_eq!(
-        left,
-        ["old-held", "recent-confirmed"],
+        (
+            app.database.count("SELECT count(*) FROM holds").await,
+            app.database.count(kept).await
+        ),
+        (2, 2),
         "a HELD hold is never deleted"
     );
 }
