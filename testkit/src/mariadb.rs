@@ -45,6 +45,10 @@ impl MariaDbNode {
             // First, or it is not honoured: the machine's my.cnf is for the machine's server.
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            // Its own, as the server's below: a server starting up deletes every `#sql*`
+            // file in its tmpdir, so bootstraps sharing /tmp delete each other's temporary
+            // tables and fail.
+            .arg(format!("--tmpdir={}", dir.0.display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .args(as_root())
             .args(SMALL_AND_UNSYNCED));

@@ -1,7 +1,8 @@
 //! MySQL / MariaDB bootstrap: create the service's database when it is missing, connect with
 //! the session settings the services rely on, migrate. The MySQL counterpart of
 //! [`super::postgres`]; which one a service uses is decided by its `DATABASE_URL`'s scheme
-//! ([`super::Backend`]).
+//! ([`super::Backend`]). With several servers (`DATABASE_URLS`), the pool follows the one
+//! that takes writes: see [`writer`].
 //!
 //! The statements here set up sessions and databases: none has parameters or rows to check,
 //! and this crate's query macros are checked against PostgreSQL, so they are plain
@@ -13,7 +14,9 @@
 pub mod consumer;
 pub mod maintenance;
 pub mod relay;
+pub mod writer;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -22,6 +25,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions, MySqlSslMode};
 use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 
 use super::postgres::PoolSettings;
+use writer::Writer;
 
 /// How long, in seconds, a session may sit idle inside a transaction before MariaDB ends it
 /// (`idle_transaction_timeout`): the same safeguard, for the same reason, as PostgreSQL's
@@ -106,12 +110,7 @@ pub async fn connect_and_migrate(
 ) -> anyhow::Result<MySqlPool> {
     let flavor = create_database_if_missing(url).await?;
     let options = connect_options(url)?;
-    let pool = MySqlPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .acquire_timeout(settings.acquire_timeout)
-        // As on PostgreSQL: no ping before every checkout (a round trip per transaction);
-        // a connection that died fails its first statement and leaves the pool.
-        .test_before_acquire(false)
+    let pool = pool_options(settings)
         .after_connect(move |conn, _| Box::pin(async move { prepare_session(conn, flavor).await }))
         .connect_with(options)
         .await
@@ -121,40 +120,61 @@ pub async fn connect_and_migrate(
 }
 
 /// [`connect_and_migrate`] on the server of `urls` that takes writes (`DATABASE_URLS`: a
-/// primary and its replicas, in any order): the first whose `@@read_only` is off. Replicas
-/// run with `read_only` on, so writes never reach one. Chosen once, at start: unlike
-/// PostgreSQL's pool (`super::postgres::Primary`), a MySQL pool does not follow a failover
-/// while it runs; a promoted replica is found by restarting the service (a failed
-/// readiness probe does that on Kubernetes).
+/// primary and its replicas, in any order): the first whose `@@global.read_only` is off.
+/// The pool then follows that server while it runs: when it is made read-only or goes away,
+/// new connections go to the first other server that takes writes, and a server that still
+/// takes writes is never left for one earlier in the list; see [`writer`]. The database is
+/// created and migrated on the server chosen at start; the others get it by replication.
+/// A single URL is connected to as [`connect_and_migrate`] does, with nothing to follow.
 pub async fn connect_and_migrate_any(
     urls: &[String],
     settings: &PoolSettings,
     migrator: &Migrator,
 ) -> anyhow::Result<MySqlPool> {
-    let [url] = urls else {
-        let mut refused = Vec::new();
-        for url in urls {
-            match takes_writes(url).await {
-                Ok(true) => return connect_and_migrate(url, settings, migrator).await,
-                Ok(false) => refused.push("read-only".to_owned()),
-                Err(error) => refused.push(format!("{error:#}")),
-            }
-        }
-        anyhow::bail!("no MySQL server of DATABASE_URLS takes writes: {refused:?}")
-    };
-    connect_and_migrate(url, settings, migrator).await
+    if let [url] = urls {
+        return connect_and_migrate(url, settings, migrator).await;
+    }
+    let servers = urls
+        .iter()
+        .map(|url| connect_options(url))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let ask_on = urls
+        .iter()
+        .map(|url| connect_options(&without_database(url)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (writer, found) = Writer::find(servers, ask_on).await;
+    let found = found?;
+    let writer = Arc::new(writer);
+    let flavor = create_database_if_missing(&urls[found.index]).await?;
+    let (admit, current) = (writer.clone(), writer.clone());
+    let pool = pool_options(settings)
+        .after_connect(move |conn, _| {
+            let admit = admit.clone();
+            Box::pin(async move {
+                admit.admit(conn).await?;
+                prepare_session(conn, flavor).await
+            })
+        })
+        .before_acquire(move |_, meta| {
+            let current = current.is_current(&meta);
+            Box::pin(async move { Ok(current) })
+        })
+        .connect_with(writer.server(found.index).clone())
+        .await
+        .context("connecting to MySQL")?;
+    migrate(&pool, migrator).await?;
+    tokio::spawn(writer.watch(pool.clone(), found));
+    Ok(pool)
 }
 
-/// Whether the server `url` names takes writes (`@@read_only` off).
-async fn takes_writes(url: &str) -> anyhow::Result<bool> {
-    let mut conn = MySqlConnection::connect_with(&connect_options(&without_database(url))?)
-        .await
-        .context("connecting")?;
-    let read_only: i64 = sqlx::query_scalar("SELECT @@global.read_only")
-        .fetch_one(&mut conn)
-        .await?;
-    conn.close().await.ok();
-    Ok(read_only == 0)
+/// The pool's size and timeouts; the caller adds how a new session is set up.
+fn pool_options(settings: &PoolSettings) -> MySqlPoolOptions {
+    MySqlPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        // As on PostgreSQL: no ping before every checkout (a round trip per transaction);
+        // a connection that died fails its first statement and leaves the pool.
+        .test_before_acquire(false)
 }
 
 /// Applies `migrator` while holding a lock of our own on the database's migrations.

@@ -1,0 +1,218 @@
+//! Which of the configured MySQL servers takes writes, and keeping the pool on it: the
+//! MySQL counterpart of PostgreSQL's [`crate::storage::postgres::primary`].
+//!
+//! sqlx connects to one server per pool. With a primary and its replicas listed in
+//! `DATABASE_URLS`, the pool connects to the server [`Writer`] chose: the first whose
+//! `@@global.read_only` is off (replicas run with it on). The variable is read rather than
+//! trusted to refuse writes: an account with `READ ONLY ADMIN` (MariaDB; its root has it, as
+//! part of ALL PRIVILEGES) or `SUPER` / `CONNECTION_ADMIN` (MySQL, unless `super_read_only`)
+//! writes on a read-only server, so a pool that waited for its writes to fail would go on
+//! writing to a demoted primary, and those rows would be lost to the promoted replica.
+//!
+//! Every new connection is asked before the pool hands it out, so a replica, or a primary
+//! that has since become one, never gets a statement. A watcher asks the chosen server every
+//! [`CHECK_EVERY`] over a connection of its own; when it stops answering or turns read-only,
+//! the connections opened before are closed instead of handed out, every server is asked
+//! again, and the pool opens its new connections on the first that takes writes.
+//!
+//! MySQL has no timeline to tell a promoted replica from the primary it replaced: an old
+//! primary that comes back writable says what the new one says. So the chosen server is
+//! kept for as long as it answers and takes writes, however early another is in the list;
+//! the list's order only decides when the chosen one is gone. That is the guard against a
+//! split brain: an old primary that comes back writable never takes the pool back from the
+//! replica promoted in its place.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::pool::PoolConnectionMetadata;
+use sqlx::{ConnectOptions, MySqlConnection, MySqlPool};
+use tokio::sync::Notify;
+
+/// How often the watcher asks the chosen server whether it still takes writes: how long, at
+/// most, the pool keeps writing to a primary that was made read-only or went away before it
+/// looks for another.
+pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long one server may take to connect and answer before it counts as down.
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether the server at the other end of `conn` takes writes; one round trip.
+pub async fn takes_writes(conn: &mut MySqlConnection) -> sqlx::Result<bool> {
+    let read_only: i64 = sqlx::query_scalar("SELECT @@global.read_only")
+        .fetch_one(conn)
+        .await?;
+    Ok(read_only == 0)
+}
+
+/// A connection to `options`, and whether its server takes writes, within [`ASK_TIMEOUT`];
+/// or why not.
+async fn ask(options: &MySqlConnectOptions) -> Result<(bool, MySqlConnection), String> {
+    let asked = async {
+        let mut conn = options.connect().await?;
+        let writable = takes_writes(&mut conn).await?;
+        Ok::<_, sqlx::Error>((writable, conn))
+    };
+    match tokio::time::timeout(ASK_TIMEOUT, asked).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => Err(format!("{error:#}")),
+        Err(_) => Err(format!("no answer within {ASK_TIMEOUT:?}")),
+    }
+}
+
+/// Why no server was chosen: what each said, in the configured order.
+#[derive(Debug)]
+pub struct NoWriter(Vec<String>);
+
+impl std::fmt::Display for NoWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no MySQL server of DATABASE_URLS takes writes: {}",
+            self.0.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for NoWriter {}
+
+/// The configured servers, and since when the pool's older connections may talk to a
+/// server that no longer takes writes.
+#[derive(Debug)]
+pub struct Writer {
+    /// Each server's options as the pool connects to it (to the service's database).
+    servers: Vec<MySqlConnectOptions>,
+    /// The same servers, to no database in particular: asking needs none, and the
+    /// service's may not exist yet.
+    ask_on: Vec<MySqlConnectOptions>,
+    retired_at: Mutex<Option<Instant>>,
+    recheck: Notify,
+}
+
+/// The chosen server, and the connection made to ask it, kept by the watcher to ask again.
+#[derive(Debug)]
+pub struct Found {
+    pub index: usize,
+    conn: MySqlConnection,
+}
+
+impl Writer {
+    /// Asks every server (at once, each through its `ask_on` options) and chooses the first
+    /// that takes writes; or what each said when none does.
+    pub async fn find(
+        servers: Vec<MySqlConnectOptions>,
+        ask_on: Vec<MySqlConnectOptions>,
+    ) -> (Self, Result<Found, NoWriter>) {
+        let writer = Self {
+            servers,
+            ask_on,
+            retired_at: Mutex::new(None),
+            recheck: Notify::new(),
+        };
+        let found = writer.ask_all().await;
+        (writer, found)
+    }
+
+    /// The options the pool connects to server `index` with.
+    pub fn server(&self, index: usize) -> &MySqlConnectOptions {
+        &self.servers[index]
+    }
+
+    async fn ask_all(&self) -> Result<Found, NoWriter> {
+        let mut answers: Vec<_> = join_all(self.ask_on.iter().map(ask)).await;
+        let Some(index) = answers
+            .iter()
+            .position(|answer| matches!(answer, Ok((true, _))))
+        else {
+            let said = self.ask_on.iter().zip(&answers).map(|(server, answer)| {
+                let what = match answer {
+                    Ok(_) => "read-only".to_owned(),
+                    Err(error) => error.clone(),
+                };
+                format!("{}:{}: {what}", server.get_host(), server.get_port())
+            });
+            return Err(NoWriter(said.collect()));
+        };
+        let (_, conn) = std::mem::replace(&mut answers[index], Err(String::new()))
+            .expect("the chosen server answered");
+        Ok(Found { index, conn })
+    }
+
+    /// For `after_connect`: a fresh connection may be used only when its server takes writes
+    /// (one opened to the old server while the choice changed may not). Otherwise the
+    /// watcher looks again at once.
+    pub async fn admit(&self, conn: &mut MySqlConnection) -> sqlx::Result<()> {
+        if takes_writes(conn).await? {
+            return Ok(());
+        }
+        self.recheck.notify_one();
+        Err(sqlx::Error::Protocol(
+            "refusing a MySQL session on a read-only server (@@global.read_only is on)".into(),
+        ))
+    }
+
+    /// For `before_acquire`: whether an idle connection of `meta.age` was opened after the
+    /// chosen server last stopped taking writes, so it talks to the server the pool should
+    /// write to.
+    pub fn is_current(&self, meta: &PoolConnectionMetadata) -> bool {
+        match *self.retired_at.lock().expect("not poisoned") {
+            Some(at) => meta.age < at.elapsed(),
+            None => true,
+        }
+    }
+
+    /// From now on, the connections opened so far are closed instead of handed out.
+    fn retire_connections(&self) {
+        *self.retired_at.lock().expect("not poisoned") = Some(Instant::now());
+    }
+
+    /// Asks the chosen server every [`CHECK_EVERY`] (or at once when a new connection was
+    /// refused) and moves `pool` to another server when it stops taking writes; returns
+    /// when the pool is closed.
+    pub async fn watch(self: Arc<Self>, pool: MySqlPool, found: Found) {
+        let closed = pool.close_event();
+        tokio::pin!(closed);
+        let mut chosen = found.index;
+        let mut probe = Some(found.conn);
+        loop {
+            tokio::select! {
+                _ = &mut closed => return,
+                _ = tokio::time::sleep(CHECK_EVERY) => {}
+                _ = self.recheck.notified() => {}
+            }
+            if let Some(conn) = probe.as_mut() {
+                let answer = tokio::time::timeout(ASK_TIMEOUT, takes_writes(conn)).await;
+                if matches!(answer, Ok(Ok(true))) {
+                    continue;
+                }
+            }
+            let found = self.ask_all().await;
+            match &found {
+                // A blip of the probe's connection: the chosen server still takes writes.
+                Ok(found) if found.index == chosen => {}
+                Ok(found) => {
+                    // New options first: a connection opened after the retirement below
+                    // goes to the new server (or was refused on the old read-only one).
+                    pool.set_connect_options(self.servers[found.index].clone());
+                    self.retire_connections();
+                    chosen = found.index;
+                    let server = &self.servers[chosen];
+                    tracing::warn!(
+                        host = server.get_host(),
+                        port = server.get_port(),
+                        "MySQL server taking writes changed: new connections go to this server"
+                    );
+                }
+                // Mid-switchover (the old primary read-only, no replica promoted yet): the
+                // old sessions would still write, as privileged accounts ignore read_only.
+                Err(none) => {
+                    self.retire_connections();
+                    tracing::warn!("{none}");
+                }
+            }
+            probe = found.ok().map(|found| found.conn);
+        }
+    }
+}
