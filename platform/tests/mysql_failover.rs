@@ -158,6 +158,24 @@ async fn the_pool_follows_a_switchover_and_never_goes_back_to_the_old_primary() 
     failover
         .all_writes_land_on_the_replica(25, Duration::from_millis(100))
         .await;
+
+    // Even when the watcher loses its session to the replica and asks every server again:
+    // the replica still takes writes, so it is kept, though the old primary comes first.
+    let on_primary = failover.on_primary();
+    failover.replica.kill_client_sessions();
+    eventually(SWITCH_WITHIN, || async {
+        // The pool's own sessions died too: their first statements fail.
+        write(&failover.pool).await.ok()
+    })
+    .await;
+    failover
+        .all_writes_land_on_the_replica(25, Duration::from_millis(100))
+        .await;
+    assert_eq!(
+        failover.on_primary(),
+        on_primary,
+        "a write went to the old primary"
+    );
 }
 
 #[tokio::test]

@@ -4,17 +4,11 @@
 //! reads the invariants back through the few queries here, in each dialect where they differ.
 
 use platform::startup::Migrators;
+pub use platform::storage::Backend;
 use sqlx::{MySql, Postgres};
 
 use crate::TestDatabase;
 use crate::mysql::TestMySqlDatabase;
-
-/// The database a service runs on in a test, chosen as a service chooses it: by the URL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Postgres,
-    MySql,
-}
 
 /// A database that exists for one test, on either backend, dropped with this guard.
 #[derive(Debug)]
@@ -63,8 +57,8 @@ impl BackendDatabase {
         }
     }
 
-    /// A count read with `sql`, a statement both dialects read alike (`SELECT count(*) …`
-    /// with literal values).
+    /// A number (a count, a stock) read with `sql`, a statement both dialects read alike
+    /// (`SELECT count(*) …` with literal values).
     pub async fn count(&self, sql: &str) -> i64 {
         self.scalar(sql, sql).await
     }

@@ -113,6 +113,19 @@ impl MariaDbNode {
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
+    /// Ends every client session but the one asking, as a network cut or a `KILL` would:
+    /// their next statement fails.
+    pub fn kill_client_sessions(&self) {
+        let sessions = self.sql(
+            "SELECT ID FROM information_schema.PROCESSLIST \
+             WHERE ID <> CONNECTION_ID() AND USER = 'root'",
+        );
+        for session in sessions.lines() {
+            // One may end on its own meanwhile: an unknown thread id is no failure here.
+            let _ = self.client(&format!("KILL {session}"));
+        }
+    }
+
     fn client(&self, sql: &str) -> Output {
         Command::new("mariadb")
             .arg("--no-defaults")

@@ -20,14 +20,14 @@ testkit::on_each_backend!(
 const ROUNDS: usize = 200;
 const STOCK: i64 = 1_000;
 
-/// Outbox rows of the order the broker has not confirmed yet.
-async fn unsent(stack: &Stack, order_id: &str) -> i64 {
-    let unsent = "SELECT count(*) FROM outbox WHERE status <> 'sent'";
+/// Outbox rows of the order whose status `condition` keeps.
+async fn rows_of(stack: &Stack, order_id: &str, condition: &str) -> i64 {
+    let rows = format!("SELECT count(*) FROM outbox WHERE {condition}");
     stack
         .order_db
         .scalar(
-            &format!("{unsent} AND payload->'payload'->>'order_id' = '{order_id}'"),
-            &format!("{unsent} AND JSON_VALUE(payload, '$.payload.order_id') = '{order_id}'"),
+            &format!("{rows} AND payload->'payload'->>'order_id' = '{order_id}'"),
+            &format!("{rows} AND JSON_VALUE(payload, '$.payload.order_id') = '{order_id}'"),
         )
         .await
 }
@@ -48,7 +48,9 @@ async fn a_cancellation_racing_its_creation_is_released_without_a_retry_or_redel
         assert_eq!(stack.cancel(&order).await["status"], "CANCELLED");
         // Both events are in inventory's queue (the broker confirmed them) before it resumes.
         eventually(SETTLE, || async {
-            (unsent(&stack, &order).await == 0).then_some(())
+            let sent = rows_of(&stack, &order, "status = 'sent'").await;
+            let unsent = rows_of(&stack, &order, "status <> 'sent'").await;
+            (sent == 2 && unsent == 0).then_some(())
         })
         .await;
         inventory.resume();

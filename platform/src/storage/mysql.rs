@@ -151,8 +151,8 @@ pub async fn connect_and_migrate_any(
         .after_connect(move |conn, _| {
             let admit = admit.clone();
             Box::pin(async move {
-                admit.admit(conn).await?;
-                prepare_session(conn, flavor).await
+                prepare_session(conn, flavor).await?;
+                admit.admit(conn).await
             })
         })
         .before_acquire(move |_, meta| {

@@ -106,17 +106,12 @@ async fn orders_that_are_not_waiting_are_refused_not_awaiting_payment(backend: B
     let cancelled = placed(&app).await;
     assert_eq!(app.cancel(&cancelled).await.status(), 200);
     let rejected = placed(&app).await;
-    let reject = |id: String| {
-        format!(
-            "UPDATE orders SET status = 'REJECTED', rejection_reason = 'insufficient_stock' \
-             WHERE order_id = {id}"
-        )
-    };
-    let backend = app.database.backend();
-    let rejected_id = testkit::uuid_literal(backend, &rejected);
-    app.database
-        .execute(&reject(rejected_id.clone()), &reject(rejected_id))
-        .await;
+    let reject = format!(
+        "UPDATE orders SET status = 'REJECTED', rejection_reason = 'insufficient_stock' \
+         WHERE order_id = {}",
+        testkit::uuid_literal(app.database.backend(), &rejected)
+    );
+    assert_eq!(app.database.execute(&reject, &reject).await, 1, "rejected");
     let waiting_then_cancelled = placed(&app).await;
     reserve(&app, &waiting_then_cancelled, window).await;
     let cancel = app.cancel(&waiting_then_cancelled).await;

@@ -22,13 +22,14 @@
 //! split brain: an old primary that comes back writable never takes the pool back from the
 //! replica promoted in its place.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::pool::PoolConnectionMetadata;
-use sqlx::{ConnectOptions, MySqlConnection, MySqlPool};
+use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 use tokio::sync::Notify;
 
 /// How often the watcher asks the chosen server whether it still takes writes: how long, at
@@ -38,6 +39,10 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// How long one server may take to connect and answer before it counts as down.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The least time between two rounds of asking every server: a pool whose new connections
+/// keep being refused (sqlx retries them within milliseconds) wakes the watcher each time.
+const ROUNDS_APART: Duration = Duration::from_millis(200);
 
 /// Whether the server at the other end of `conn` takes writes; one round trip.
 pub async fn takes_writes(conn: &mut MySqlConnection) -> sqlx::Result<bool> {
@@ -88,6 +93,9 @@ pub struct Writer {
     /// service's may not exist yet.
     ask_on: Vec<MySqlConnectOptions>,
     retired_at: Mutex<Option<Instant>>,
+    /// Bumped with every retirement: a connection asked before one may talk to the server
+    /// that was retired.
+    generation: AtomicU64,
     recheck: Notify,
 }
 
@@ -109,9 +117,10 @@ impl Writer {
             servers,
             ask_on,
             retired_at: Mutex::new(None),
+            generation: AtomicU64::new(0),
             recheck: Notify::new(),
         };
-        let found = writer.ask_all().await;
+        let found = writer.ask_all(None).await;
         (writer, found)
     }
 
@@ -120,11 +129,15 @@ impl Writer {
         &self.servers[index]
     }
 
-    async fn ask_all(&self) -> Result<Found, NoWriter> {
+    /// Asks every server; chooses `keep` if it takes writes (a server that still does is
+    /// never left for one earlier in the list: the split-brain guard), else the first that
+    /// does.
+    async fn ask_all(&self, keep: Option<usize>) -> Result<Found, NoWriter> {
         let mut answers: Vec<_> = join_all(self.ask_on.iter().map(ask)).await;
-        let Some(index) = answers
-            .iter()
-            .position(|answer| matches!(answer, Ok((true, _))))
+        let writable = |index: &usize| matches!(answers[*index], Ok((true, _)));
+        let Some(index) = keep
+            .filter(writable)
+            .or_else(|| (0..answers.len()).find(writable))
         else {
             let said = self.ask_on.iter().zip(&answers).map(|(server, answer)| {
                 let what = match answer {
@@ -137,14 +150,19 @@ impl Writer {
         };
         let (_, conn) = std::mem::replace(&mut answers[index], Err(String::new()))
             .expect("the chosen server answered");
+        // The others' sessions end cleanly rather than as aborted connections.
+        for (_, other) in answers.into_iter().flatten() {
+            tokio::spawn(other.close());
+        }
         Ok(Found { index, conn })
     }
 
-    /// For `after_connect`: a fresh connection may be used only when its server takes writes
-    /// (one opened to the old server while the choice changed may not). Otherwise the
-    /// watcher looks again at once.
+    /// For `after_connect`, last: a fresh connection may be used only when its server takes
+    /// writes and no retirement happened while it was being set up (it may have been opened
+    /// to the server just left). Otherwise the watcher looks again.
     pub async fn admit(&self, conn: &mut MySqlConnection) -> sqlx::Result<()> {
-        if takes_writes(conn).await? {
+        let generation = self.generation.load(Ordering::Acquire);
+        if takes_writes(conn).await? && self.generation.load(Ordering::Acquire) == generation {
             return Ok(());
         }
         self.recheck.notify_one();
@@ -166,6 +184,7 @@ impl Writer {
     /// From now on, the connections opened so far are closed instead of handed out.
     fn retire_connections(&self) {
         *self.retired_at.lock().expect("not poisoned") = Some(Instant::now());
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Asks the chosen server every [`CHECK_EVERY`] (or at once when a new connection was
@@ -176,6 +195,7 @@ impl Writer {
         tokio::pin!(closed);
         let mut chosen = found.index;
         let mut probe = Some(found.conn);
+        let mut none_takes_writes = false;
         loop {
             tokio::select! {
                 _ = &mut closed => return,
@@ -188,11 +208,12 @@ impl Writer {
                     continue;
                 }
             }
-            let found = self.ask_all().await;
+            let found = self.ask_all(Some(chosen)).await;
             match &found {
                 // A blip of the probe's connection: the chosen server still takes writes.
-                Ok(found) if found.index == chosen => {}
+                Ok(found) if found.index == chosen => none_takes_writes = false,
                 Ok(found) => {
+                    none_takes_writes = false;
                     // New options first: a connection opened after the retirement below
                     // goes to the new server (or was refused on the old read-only one).
                     pool.set_connect_options(self.servers[found.index].clone());
@@ -209,10 +230,13 @@ impl Writer {
                 // old sessions would still write, as privileged accounts ignore read_only.
                 Err(none) => {
                     self.retire_connections();
-                    tracing::warn!("{none}");
+                    if !std::mem::replace(&mut none_takes_writes, true) {
+                        tracing::warn!("{none}");
+                    }
                 }
             }
             probe = found.ok().map(|found| found.conn);
+            tokio::time::sleep(ROUNDS_APART).await;
         }
     }
 }
