@@ -134,31 +134,12 @@ pub async fn connect_and_migrate_any(
     if let [url] = urls {
         return connect_and_migrate(url, settings, migrator).await;
     }
-    let servers = urls
-        .iter()
-        .map(|url| connect_options(url))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let ask_on = urls
-        .iter()
-        .map(|url| connect_options(&without_database(url)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let (writer, found) = Writer::find(servers, ask_on).await;
+    let (writer, found) = Writer::find(urls).await?;
     let found = found?;
     let writer = Arc::new(writer);
     let flavor = create_database_if_missing(&urls[found.index]).await?;
-    let (admit, current) = (writer.clone(), writer.clone());
-    let pool = pool_options(settings)
-        .after_connect(move |conn, _| {
-            let admit = admit.clone();
-            Box::pin(async move {
-                prepare_session(conn, flavor).await?;
-                admit.admit(conn).await
-            })
-        })
-        .before_acquire(move |_, meta| {
-            let current = current.is_current(&meta);
-            Box::pin(async move { Ok(current) })
-        })
+    let pool = writer
+        .hooks(pool_options(settings), flavor)
         .connect_with(writer.server(found.index).clone())
         .await
         .context("connecting to MySQL")?;

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use sqlx::mysql::MySqlConnectOptions;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnectionMetadata;
 use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 use tokio::sync::Notify;
@@ -107,12 +107,17 @@ pub struct Found {
 }
 
 impl Writer {
-    /// Asks every server (at once, each through its `ask_on` options) and chooses the first
-    /// that takes writes; or what each said when none does.
-    pub async fn find(
-        servers: Vec<MySqlConnectOptions>,
-        ask_on: Vec<MySqlConnectOptions>,
-    ) -> (Self, Result<Found, NoWriter>) {
+    /// Asks every server of `urls` (at once, to no database in particular) and chooses the
+    /// first that takes writes; or what each said when none does. Fails on an unreadable URL.
+    pub async fn find(urls: &[String]) -> anyhow::Result<(Self, Result<Found, NoWriter>)> {
+        let servers = urls
+            .iter()
+            .map(|url| super::connect_options(url))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let ask_on = urls
+            .iter()
+            .map(|url| super::connect_options(&super::without_database(url)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let writer = Self {
             servers,
             ask_on,
@@ -121,7 +126,30 @@ impl Writer {
             recheck: Notify::new(),
         };
         let found = writer.ask_all(None).await;
-        (writer, found)
+        Ok((writer, found))
+    }
+
+    /// `options` with this writer's hooks: each new session set up for `flavor` and then
+    /// admitted ([`Writer::admit`]), each idle one handed out only if it is current
+    /// ([`Writer::is_current`]).
+    pub fn hooks(
+        self: &Arc<Self>,
+        options: MySqlPoolOptions,
+        flavor: super::Flavor,
+    ) -> MySqlPoolOptions {
+        let (admit, current) = (self.clone(), self.clone());
+        options
+            .after_connect(move |conn, _| {
+                let admit = admit.clone();
+                Box::pin(async move {
+                    super::prepare_session(conn, flavor).await?;
+                    admit.admit(conn).await
+                })
+            })
+            .before_acquire(move |_, meta| {
+                let current = current.is_current(&meta);
+                Box::pin(async move { Ok(current) })
+            })
     }
 
     /// The options the pool connects to server `index` with.
