@@ -5,11 +5,13 @@
 //! judge every request in arrival order                // in memory, by the stock engine's rules
 //! WITH changed AS (UPDATE …), recorded AS (INSERT …)  // round trip 2: all of it or nothing, committed
 //! ```
-//! Each statement runs in its own implicit transaction. The read is a snapshot, not a lock:
-//! the write changes a product only if it still has the version read, and records an id only
-//! if no other writer did meanwhile; either miss undoes the write with a serialization
-//! failure. When the write returns, the batch is committed, durably (`synchronous_commit`
-//! stays on), and only then is anyone answered. A batch of replays only reads.
+//! On PostgreSQL each statement runs in its own implicit transaction. The read is a
+//! snapshot, not a lock: the write changes a product only if it still has the version read,
+//! and records an id only if no other writer did meanwhile; either miss undoes the write with
+//! a serialization failure. On MySQL, where the write is several statements, the attempt is
+//! one transaction and the read locks the products instead ([`queries::AttemptTx`]). When
+//! the attempt commits, the batch is durable (`synchronous_commit` stays on), and only then
+//! is anyone answered. A batch of replays only reads.
 //!
 //! The steady state of a hot product costs one round trip: a leader remembers the stock its
 //! last batch left ([`Remembered`]), and its next batch of the same products is judged against
@@ -117,7 +119,7 @@ pub async fn apply_once(
 /// batch of ends alone reads nothing: a confirm touches no stock, and a cancel's give-back is
 /// an increment the statement counts itself.
 pub async fn apply_on(
-    mut conn: Conn<'_>,
+    conn: Conn<'_>,
     products: &[ProductId],
     entries: &[Entry<'_>],
     ends: &[End<'_>],
@@ -136,6 +138,7 @@ pub async fn apply_on(
             .map(|e| e.request.id.as_str())
             .collect()
     };
+    let mut tx = queries::AttemptTx::begin(conn).await?;
     // Judged against the memory, the write checks every product still has its version.
     let mut read_now = false;
     let (read, judged_at) = match remembered {
@@ -151,7 +154,7 @@ pub async fn apply_on(
             let (sales, holds) = (ids_of(Kind::Sale), ids_of(Kind::Hold));
             read_now = true;
             (
-                queries::read(conn.reborrow(), products, &sales, &holds).await?,
+                queries::read(&mut tx, products, &sales, &holds).await?,
                 Vec::new(),
             )
         }
@@ -203,11 +206,12 @@ pub async fn apply_on(
         } else {
             stock.changes_including(products)
         };
-        let recorded = queries::record(conn, &judged_at, &changes, &new).await?;
+        let recorded = queries::record(&mut tx, &judged_at, &changes, &new).await?;
         attempted.left = left_after(products, attempted.left, &recorded.written);
         attempted.decided = recorded.decided;
         attempted.wrote = true;
     }
+    tx.commit().await?;
     attempted.verdicts = verdicts;
     Ok(attempted)
 }

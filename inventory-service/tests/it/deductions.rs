@@ -13,6 +13,7 @@ testkit::on_each_backend!(
     an_unknown_product_is_a_404_that_replays_even_once_the_product_exists,
     a_deduction_id_reused_with_other_items_is_refused_and_deducts_nothing,
     a_multi_item_deduction_is_all_or_nothing,
+    ids_and_idempotency_keys_compare_byte_by_byte,
 );
 
 async fn version(app: &TestApp, product: i64) -> i64 {
@@ -142,4 +143,27 @@ async fn a_multi_item_deduction_is_all_or_nothing(backend: Backend) {
     assert_eq!((app.stock(1).await, app.stock(2).await), (3, 0));
     // Each outcome, applied or not, was recorded once.
     assert_eq!(app.deduction_rows().await, 3);
+}
+
+/// Ids and keys are case-sensitive on both backends (MySQL's schema names a binary collation
+/// where its default would fold case): another case is another deduction, hold or restock.
+async fn ids_and_idempotency_keys_compare_byte_by_byte(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
+    app.create_product(1, 10).await;
+    assert_eq!(app.deduct("d-1", &[(1, 1)]).await.status(), 200);
+    let other = app.deduct("D-1", &[(1, 1)]).await;
+    assert_eq!(other.status(), 200);
+    assert!(other.headers().get("idempotent-replayed").is_none());
+    assert_eq!(app.restock(1, 5, Some("k-1")).await.status(), 200);
+    let other = app.restock(1, 5, Some("K-1")).await;
+    assert_eq!(other.status(), 200);
+    assert!(other.headers().get("idempotent-replayed").is_none());
+    for hold_id in ["h-1", "H-1"] {
+        let response = app.hold(hold_id, &[(1, 1)], Some(600)).await;
+        assert_eq!(response.status(), 201, "{hold_id}");
+        assert!(response.headers().get("idempotent-replayed").is_none());
+    }
+    assert_eq!(app.stock_and_held(1).await, (16, 2));
+    assert_eq!(app.deduction_rows().await, 2);
+    assert_eq!(app.database.count("SELECT count(*) FROM restocks").await, 2);
 }

@@ -1,5 +1,6 @@
-//! The one integration-test binary: real PostgreSQL (MariaDB for [`mysql`]), Redis and
-//! RabbitMQ, each test isolated by its own database, Redis key prefix and AMQP vhost.
+//! The one integration-test binary: real PostgreSQL and MariaDB (the scenarios of
+//! `testkit::on_each_backend!` run on both), Redis and RabbitMQ, each test isolated by its own
+//! database, Redis key prefix and AMQP vhost.
 
 mod auth;
 mod batch;
@@ -14,9 +15,9 @@ mod helpers;
 mod holds;
 mod liveness;
 mod lock;
-mod mysql;
 mod openapi;
 mod operations;
+mod order_events;
 mod products;
 mod redis_hung;
 mod restock;

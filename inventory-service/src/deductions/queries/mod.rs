@@ -3,9 +3,10 @@
 //! the two statements a batch of them costs: [`read`], the stock of its products with the
 //! stored outcomes of its ids, and [`record`], the stock change with the new outcomes, all or
 //! nothing. A batch that follows another of the same products skips the read (see
-//! `super::batch`): one statement then. Each is sent on a connection outside a transaction, so each is its own
-//! transaction: when [`record`] returns, the batch is committed (and, with
-//! `synchronous_commit` on, durable).
+//! `super::batch`): one statement then. Both run in an [`AttemptTx`]: on PostgreSQL no
+//! transaction, each statement its own, so when [`record`] returns the batch is committed
+//! (and, with `synchronous_commit` on, durable); on MySQL one transaction whose read locks the
+//! products, committed by [`AttemptTx::commit`].
 //!
 //! Every statement is checked against the migrations at build time (`sqlx::query!`).
 
@@ -17,9 +18,11 @@ use shared::ids::ProductId;
 use super::request::{DeductionStatus, Kind};
 use crate::stock::queries::StockRow;
 
+mod attempt_tx;
 mod read;
 mod record;
 
+pub use attempt_tx::AttemptTx;
 pub use read::read;
 pub use record::{NewDeduction, NewHold, Outcomes, Recorded, record};
 

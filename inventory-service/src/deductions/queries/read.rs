@@ -4,7 +4,7 @@ use platform::storage::Conn;
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
 
-use super::{Read, Stored, StoredDeduction};
+use super::{AttemptTx, Read, Stored, StoredDeduction};
 use crate::deductions::request::{DeductionStatus, Kind};
 use crate::stock::queries::StockRow;
 
@@ -24,15 +24,18 @@ struct ReadRow {
 }
 
 /// The stock of `products` and the stored outcomes of `deductions` and `holds`, in one round
-/// trip. A snapshot, not a lock: [`record`] writes only if the stock read is still there.
+/// trip. On PostgreSQL a snapshot, not a lock: [`record`] writes only if the stock read is
+/// still there. On MySQL the products are locked until `tx` ends ([`AttemptTx`]).
+///
+/// [`record`]: super::record
 pub async fn read(
-    conn: Conn<'_>,
+    tx: &mut AttemptTx<'_>,
     products: &[ProductId],
     deductions: &[&str],
     holds: &[&str],
 ) -> sqlx::Result<Read> {
     let products: Vec<i64> = products.iter().map(|p| p.0).collect();
-    let conn = match conn {
+    let conn = match tx.conn() {
         Conn::Postgres(conn) => conn,
         Conn::MySql(conn) => {
             let read =

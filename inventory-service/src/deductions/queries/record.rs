@@ -1,6 +1,6 @@
 //! [`record`]: a batch's stock change, first outcomes and hold ends, in one statement that
-//! commits them (on MySQL, the statements of `inventory_mysql::deductions::record` in one
-//! transaction, committed by its `mysql` module).
+//! commits them (on MySQL, the statements of `inventory_mysql::deductions::record`, in the
+//! attempt's transaction).
 
 mod mysql;
 
@@ -10,7 +10,7 @@ use shared::events::{LineItem, RejectionReason};
 use shared::ids::ProductId;
 use sqlx::types::Json;
 
-use super::StoredDeduction;
+use super::{AttemptTx, StoredDeduction};
 use crate::holds::queries::HoldRow;
 use crate::stock::queries::{Change, StockRow};
 
@@ -81,13 +81,16 @@ pub struct Recorded {
 /// products in the same update as `changes`, which must therefore name every product of the
 /// cancelled holds (the batch's products: a hold joins the batch of exactly its products).
 /// An end that changed nothing is no failure; it is absent from [`Recorded::decided`].
+///
+/// On MySQL, the same rows and guards in several statements, in `tx`, which the caller
+/// commits, or drops after a failure.
 pub async fn record(
-    conn: Conn<'_>,
+    tx: &mut AttemptTx<'_>,
     judged: &[(ProductId, StockRow)],
     changes: &[Change],
     new: &Outcomes<'_>,
 ) -> sqlx::Result<Recorded> {
-    let conn = match conn {
+    let conn = match tx.conn() {
         Conn::Postgres(conn) => conn,
         Conn::MySql(conn) => return mysql::record(conn, judged, changes, new).await,
     };

@@ -55,22 +55,9 @@ testkit::on_each_backend!(
     confirms_racing_the_expiry_from_two_instances_end_each_hold_one_way,
     holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes,
     confirms_and_cancels_sent_at_once_are_each_decided_as_if_alone,
+    two_instances_sweeping_at_once_expire_each_hold_once,
+    holds_due_when_an_instance_is_killed_still_expire_once,
 );
-
-// On PostgreSQL only for now: on MariaDB, a hold's try whose product an expiry sweep (or the
-// other instance) moves every few milliseconds loses its read-to-write window again and
-// again and can spend its retries (503 `busy`), since the write there is a transaction of
-// several round trips rather than one statement (docs/database-backends.md, "What is left").
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_instances_sweeping_at_once_expire_each_hold_once() {
-    sweeping_at_once(Backend::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn holds_due_when_an_instance_is_killed_still_expire_once() {
-    killed_with_holds_due(Backend::Postgres).await;
-}
 
 async fn confirms_racing_the_expiry_from_two_instances_end_each_hold_one_way(backend: Backend) {
     const HOLDS: usize = 40;
@@ -135,7 +122,7 @@ async fn confirms_racing_the_expiry_from_two_instances_end_each_hold_one_way(bac
     assert_stock_adds_up(&a, 1, 1_000).await;
 }
 
-async fn sweeping_at_once(backend: Backend) {
+async fn two_instances_sweeping_at_once_expire_each_hold_once(backend: Backend) {
     let a = sweeping_every_50_ms(backend).await;
     let b = second_instance(&a).await;
     for product in 1..=5 {
@@ -238,7 +225,7 @@ async fn holds_deductions_and_orders_on_one_hot_product_keep_their_own_outcomes(
     );
 }
 
-async fn killed_with_holds_due(backend: Backend) {
+async fn holds_due_when_an_instance_is_killed_still_expire_once(backend: Backend) {
     const HOLDS: usize = 300;
     let db = BackendDatabase::create(
         backend,

@@ -41,8 +41,12 @@ pub struct Read {
 }
 
 /// The stock of `products` and the stored outcomes of `deductions` and `holds`, in one
-/// statement. A snapshot, not a lock: [`super::record`] writes only if the stock read is
-/// still there. PostgreSQL: `deductions::queries::read`.
+/// statement. The products are locked (`FOR UPDATE`, in ascending id, waiting for each up to
+/// the session's lock wait): inside the transaction that then runs [`super::record`], the stock
+/// a batch is judged on cannot move before its write. PostgreSQL reads a snapshot instead,
+/// since its write is one statement that checks the versions read
+/// (`deductions::queries::read`); here the write is several statements, and a product another
+/// writer moves every few milliseconds would fail that check again and again.
 pub async fn read(
     conn: &mut MySqlConnection,
     products: &[i64],
@@ -52,15 +56,17 @@ pub async fn read(
     let products = json_array(ascending(products).into_iter().map(serde_json::Value::from));
     // Three kinds of row in one statement, each table read by key from its ids (STRAIGHT_JOIN),
     // each id once. The text ids are `TEXT` in `JSON_TABLE`: a longer id is never cut to match
-    // a shorter one.
+    // a shorter one. Only the products are locked (the parenthesised first part): a stored id
+    // is a replay, and locking its row would only delay the sweep or end that wants it.
     let rows = sqlx::query!(
-        "SELECT 'product' AS `kind!: String`, p.product_id AS `product_id?: i64`,
+        "(SELECT 'product' AS `kind!: String`, p.product_id AS `product_id?: i64`,
                 p.stock AS `stock?: i64`, p.version AS `version?: i64`,
                 NULL AS `request_id?: String`, NULL AS `fingerprint?: String`,
                 NULL AS `status?: String`, NULL AS `rejection_reason?: String`,
                 NULL AS `response_status?: i16`, NULL AS `response_body?: Vec<u8>`
            FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS jp
            STRAIGHT_JOIN products AS p FORCE INDEX (PRIMARY) ON p.product_id = jp.id
+           FOR UPDATE)
          UNION ALL
          SELECT 'deduction', NULL, NULL, NULL, d.deduction_id, d.fingerprint, d.status,
                 d.rejection_reason, d.response_status, d.response_body

@@ -6,14 +6,15 @@
 use inventory_mysql::deductions;
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
-use sqlx::{Acquire, MySqlConnection};
+use sqlx::MySqlConnection;
 
 use super::{Outcomes, Recorded};
 use crate::holds::queries::HoldRow;
 use crate::stock::queries::{Change, StockRow};
 
 /// [`super::record`] on MySQL: the same rows and guards, a guard that fell short the same
-/// serialization failure (40001), after which the transaction is rolled back (dropped).
+/// serialization failure (40001), after which the caller drops the attempt's transaction
+/// (`conn` is inside it), undoing the statements before.
 pub(super) async fn record(
     conn: &mut MySqlConnection,
     judged: &[(ProductId, StockRow)],
@@ -73,9 +74,7 @@ pub(super) async fn record(
         confirms: new.confirms.clone(),
         cancels: new.cancels.clone(),
     };
-    let mut tx = conn.begin().await?;
-    let recorded = deductions::record(&mut tx, &judged, &changes, &outcomes).await?;
-    tx.commit().await?;
+    let recorded = deductions::record(conn, &judged, &changes, &outcomes).await?;
     Ok(Recorded {
         written: recorded
             .written
