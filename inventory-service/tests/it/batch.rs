@@ -1,6 +1,6 @@
 //! The order-events consumer's batch path, called with batches as the consumer loop hands
-//! them over: every message gets the outcome it would have had alone, in arrival order.
-//! (This path replaced the one-statement reservation: its tests live on here.)
+//! them over: every message gets the outcome it would have had alone, in arrival order, on
+//! either backend. (This path replaced the one-statement reservation: its tests live on here.)
 
 use std::time::Duration;
 
@@ -9,18 +9,33 @@ use inventory_service::stock::lock::{LockOptions, Locker};
 use platform::messaging::consumer::{Message, Outcome};
 use platform::messaging::outbox::OutboxSignal;
 use platform::storage::redis::health::RedisHealth;
+use platform::storage::{Conn, Tx};
 use platform::telemetry::TraceContext;
 use serde_json::{Value, json};
 use shared::ids::ProductId;
 use shared::keys::{self, RedisKeys};
-use sqlx::PgPool;
-use testkit::{TestDatabase, redis_prefix, redis_url};
+use testkit::{Backend, BackendDatabase, redis_prefix, redis_url, uuid_literal};
 use uuid::Uuid;
 
 use crate::helpers::{database_with_products, refuse_reservations_of};
 
+testkit::on_each_backend!(
+    each_order_of_a_batch_is_judged_against_the_stock_the_earlier_ones_left,
+    a_poison_message_inside_a_batch_fails_alone,
+    a_message_that_fails_inside_a_batch_fails_alone,
+    a_creation_and_its_cancellation_in_one_batch_keep_the_saga_rules,
+    a_seen_message_or_a_seen_order_deducts_nothing_and_is_answered_again,
+    a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the_others,
+    a_product_row_held_by_a_stuck_transaction_holds_back_only_the_events_that_need_it,
+);
+
+testkit::on_each_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    a_creation_and_its_cancellation_in_two_batches_at_once_keep_the_saga_rules,
+);
+
 struct Setup {
-    db: TestDatabase,
+    db: BackendDatabase,
     handler: OrderEvents,
     /// Another process on the same Redis keys.
     other_process: Locker,
@@ -41,15 +56,11 @@ fn locker(prefix: &str) -> Locker {
     )
 }
 
-async fn setup(products: &[(i64, i64)]) -> Setup {
+async fn setup(backend: Backend, products: &[(i64, i64)]) -> Setup {
     testkit::init_logs();
-    let db = database_with_products("batch", products).await;
+    let db = database_with_products(backend, "batch", products).await;
     let prefix = redis_prefix();
-    let handler = OrderEvents::new(
-        db.pool.clone().into(),
-        locker(&prefix),
-        OutboxSignal::default(),
-    );
+    let handler = OrderEvents::new(db.database(), locker(&prefix), OutboxSignal::default());
     Setup {
         db,
         handler,
@@ -83,27 +94,42 @@ fn cancelled(order_id: Uuid) -> Message {
     message(keys::ORDER_CANCELLED, json!({"order_id": order_id}))
 }
 
-async fn state(pool: &PgPool, order_id: Uuid) -> Option<(String, Option<String>)> {
-    sqlx::query_as("SELECT state, rejection_reason FROM reservations WHERE order_id = $1")
-        .bind(order_id)
-        .fetch_optional(pool)
-        .await
-        .expect("a lookup")
+/// `order_id`'s reservation: its state and rejection reason.
+async fn state(db: &BackendDatabase, order_id: Uuid) -> Option<(String, Option<String>)> {
+    let id = uuid_literal(db.backend(), &order_id.to_string());
+    let read = |id: &str| {
+        format!(
+            "SELECT (SELECT concat(state, '/', coalesce(rejection_reason, '')) \
+             FROM reservations WHERE order_id = {id})"
+        )
+    };
+    let row: Option<String> = db.scalar(&read(&id), &read(&id)).await;
+    row.map(|row| {
+        let (state, reason) = row.split_once('/').expect("state/reason");
+        (
+            state.to_owned(),
+            Some(reason.to_owned()).filter(|r| !r.is_empty()),
+        )
+    })
 }
 
-async fn stock(pool: &PgPool, product: i64) -> i64 {
-    sqlx::query_scalar("SELECT stock FROM products WHERE product_id = $1")
-        .bind(product)
-        .fetch_one(pool)
-        .await
-        .expect("the product")
+async fn stock(db: &BackendDatabase, product: i64) -> i64 {
+    db.count(&format!(
+        "SELECT stock FROM products WHERE product_id = {product}"
+    ))
+    .await
 }
 
-async fn events(pool: &PgPool) -> Vec<String> {
-    sqlx::query_scalar("SELECT routing_key FROM outbox ORDER BY id")
-        .fetch_all(pool)
-        .await
-        .expect("the outbox")
+/// The routing keys of the outbox, in the order they were written.
+async fn events(db: &BackendDatabase) -> Vec<String> {
+    let keys: Option<String> = db
+        .scalar(
+            "SELECT string_agg(routing_key, ',' ORDER BY id) FROM outbox",
+            "SELECT GROUP_CONCAT(routing_key ORDER BY id SEPARATOR ',') FROM outbox",
+        )
+        .await;
+    keys.map(|keys| keys.split(',').map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 fn labels(outcomes: &[Outcome]) -> Vec<&'static str> {
@@ -117,9 +143,8 @@ fn applied(state: &str) -> Option<(String, Option<String>)> {
     Some((state.to_owned(), None))
 }
 
-#[tokio::test]
-async fn each_order_of_a_batch_is_judged_against_the_stock_the_earlier_ones_left() {
-    let s = setup(&[(1, 5)]).await;
+async fn each_order_of_a_batch_is_judged_against_the_stock_the_earlier_ones_left(backend: Backend) {
+    let s = setup(backend, &[(1, 5)]).await;
     let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
     let batch = [
         created(a, &[(1, 2)]),
@@ -128,20 +153,20 @@ async fn each_order_of_a_batch_is_judged_against_the_stock_the_earlier_ones_left
     ];
     let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["applied"; 3]);
-    assert_eq!(state(&s.db.pool, a).await, applied("APPLIED"));
+    assert_eq!(state(&s.db, a).await, applied("APPLIED"));
     assert_eq!(
-        state(&s.db.pool, b).await,
+        state(&s.db, b).await,
         Some(("REJECTED".into(), Some("insufficient_stock".into()))),
         "the large order in the middle is refused"
     );
     assert_eq!(
-        state(&s.db.pool, c).await,
+        state(&s.db, c).await,
         applied("APPLIED"),
         "and does not stop the later small one"
     );
-    assert_eq!(stock(&s.db.pool, 1).await, 0);
+    assert_eq!(stock(&s.db, 1).await, 0);
     assert_eq!(
-        events(&s.db.pool).await,
+        events(&s.db).await,
         [
             keys::INVENTORY_RESERVED,
             keys::INVENTORY_REJECTED,
@@ -150,9 +175,8 @@ async fn each_order_of_a_batch_is_judged_against_the_stock_the_earlier_ones_left
     );
 }
 
-#[tokio::test]
-async fn a_poison_message_inside_a_batch_fails_alone() {
-    let s = setup(&[(1, 5)]).await;
+async fn a_poison_message_inside_a_batch_fails_alone(backend: Backend) {
+    let s = setup(backend, &[(1, 5)]).await;
     let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
     let mut garbage = created(Uuid::now_v7(), &[(1, 1)]);
     garbage.body = b"not json".to_vec();
@@ -167,14 +191,13 @@ async fn a_poison_message_inside_a_batch_fails_alone() {
         labels(&outcomes),
         ["applied", "dead_lettered", "dead_lettered", "applied"]
     );
-    assert_eq!(stock(&s.db.pool, 1).await, 3);
+    assert_eq!(stock(&s.db, 1).await, 3);
 }
 
-#[tokio::test]
-async fn a_message_that_fails_inside_a_batch_fails_alone() {
-    let s = setup(&[(1, 5)]).await;
+async fn a_message_that_fails_inside_a_batch_fails_alone(backend: Backend) {
+    let s = setup(backend, &[(1, 5)]).await;
     let (a, bad, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
-    refuse_reservations_of(&s.db.pool, bad).await;
+    refuse_reservations_of(&s.db, bad).await;
     let batch = [
         created(a, &[(1, 1)]),
         created(bad, &[(1, 1)]),
@@ -203,17 +226,12 @@ async fn a_message_that_fails_inside_a_batch_fails_alone() {
         }
     }
     assert_eq!(labels(&outcomes), ["applied", "retried", "applied"]);
-    assert_eq!(state(&s.db.pool, bad).await, None);
-    assert_eq!(
-        stock(&s.db.pool, 1).await,
-        3,
-        "only the two that went through"
-    );
+    assert_eq!(state(&s.db, bad).await, None);
+    assert_eq!(stock(&s.db, 1).await, 3, "only the two that went through");
 }
 
-#[tokio::test]
-async fn a_creation_and_its_cancellation_in_one_batch_keep_the_saga_rules() {
-    let s = setup(&[(1, 5)]).await;
+async fn a_creation_and_its_cancellation_in_one_batch_keep_the_saga_rules(backend: Backend) {
+    let s = setup(backend, &[(1, 5)]).await;
     let (first_created, first_cancelled) = (Uuid::now_v7(), Uuid::now_v7());
     let batch = [
         created(first_created, &[(1, 2)]),
@@ -226,25 +244,17 @@ async fn a_creation_and_its_cancellation_in_one_batch_keep_the_saga_rules() {
     ];
     let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["applied"; 5]);
-    assert_eq!(state(&s.db.pool, first_created).await, applied("RELEASED"));
+    assert_eq!(state(&s.db, first_created).await, applied("RELEASED"));
+    assert_eq!(state(&s.db, first_cancelled).await, applied("CANCELLED"));
+    assert_eq!(stock(&s.db, 1).await, 5, "released once, nothing hanging");
     assert_eq!(
-        state(&s.db.pool, first_cancelled).await,
-        applied("CANCELLED")
-    );
-    assert_eq!(
-        stock(&s.db.pool, 1).await,
-        5,
-        "released once, nothing hanging"
-    );
-    assert_eq!(
-        events(&s.db.pool).await,
+        events(&s.db).await,
         [keys::INVENTORY_RESERVED, keys::INVENTORY_RELEASED]
     );
 }
 
-#[tokio::test]
-async fn a_seen_message_or_a_seen_order_deducts_nothing_and_is_answered_again() {
-    let s = setup(&[(1, 0), (2, 5)]).await;
+async fn a_seen_message_or_a_seen_order_deducts_nothing_and_is_answered_again(backend: Backend) {
+    let s = setup(backend, &[(1, 0), (2, 5)]).await;
     let order = Uuid::now_v7();
     let first = created(order, &[(1, 2)]);
     assert_eq!(
@@ -259,22 +269,20 @@ async fn a_seen_message_or_a_seen_order_deducts_nothing_and_is_answered_again() 
         labels(&platform::messaging::consumer::handle(&s.handler, &batch).await),
         ["duplicate", "applied"]
     );
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
-        .fetch_one(&s.db.pool)
-        .await
-        .expect("a count");
+    let rows = s.db.count("SELECT count(*) FROM reservations").await;
     assert_eq!(rows, 1, "the rejection is written once");
     assert_eq!(
-        events(&s.db.pool).await,
+        events(&s.db).await,
         [keys::INVENTORY_REJECTED, keys::INVENTORY_REJECTED],
         "answered again, so order-service can settle if the first answer was lost"
     );
-    assert_eq!(stock(&s.db.pool, 2).await, 5);
+    assert_eq!(stock(&s.db, 2).await, 5);
 }
 
-#[tokio::test]
-async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the_others() {
-    let s = setup(&[(1, 5), (2, 5)]).await;
+async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the_others(
+    backend: Backend,
+) {
+    let s = setup(backend, &[(1, 5), (2, 5)]).await;
     let held = s
         .other_process
         .acquire(ProductId(1))
@@ -289,8 +297,8 @@ async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the
     ];
     let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["contended", "applied", "contended"]);
-    assert_eq!(state(&s.db.pool, busy).await, None);
-    assert_eq!(stock(&s.db.pool, 2).await, 4);
+    assert_eq!(state(&s.db, busy).await, None);
+    assert_eq!(stock(&s.db, 2).await, 4);
 
     held.release().await;
     let again = [batch[0].clone(), batch[2].clone()];
@@ -298,31 +306,39 @@ async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the
         labels(&platform::messaging::consumer::handle(&s.handler, &again).await),
         ["applied", "applied"]
     );
-    assert_eq!(state(&s.db.pool, busy).await, applied("RELEASED"));
-    assert_eq!(stock(&s.db.pool, 1).await, 5);
+    assert_eq!(state(&s.db, busy).await, applied("RELEASED"));
+    assert_eq!(stock(&s.db, 1).await, 5);
 }
 
-/// A transaction on `pool` that holds product `product_id`'s row, as a writer stuck in the
-/// database (paused with its transaction open) does, until it is dropped.
-async fn hold_row(pool: &PgPool, product_id: i64) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut tx = pool.begin().await.expect("a transaction");
-    sqlx::query("SELECT 1 FROM products WHERE product_id = $1 FOR UPDATE")
-        .bind(product_id)
-        .execute(&mut *tx)
-        .await
-        .expect("the row lock");
+/// A transaction that holds product `product_id`'s row, as a writer stuck in the database
+/// (paused with its transaction open) does, until it is dropped.
+async fn hold_row(db: &BackendDatabase, product_id: i64) -> Tx {
+    let mut tx = db.database().begin().await.expect("a transaction");
+    let lock = format!("SELECT 1 FROM products WHERE product_id = {product_id} FOR UPDATE");
+    let locked = match tx.conn() {
+        Conn::Postgres(conn) => sqlx::query(sqlx::AssertSqlSafe(lock))
+            .execute(conn)
+            .await
+            .map(drop),
+        Conn::MySql(conn) => sqlx::query(sqlx::AssertSqlSafe(lock))
+            .execute(conn)
+            .await
+            .map(drop),
+    };
+    locked.expect("the row lock");
     tx
 }
 
-#[tokio::test]
-async fn a_product_row_held_by_a_stuck_transaction_holds_back_only_the_events_that_need_it() {
-    let s = setup(&[(1, 5), (2, 5)]).await;
+async fn a_product_row_held_by_a_stuck_transaction_holds_back_only_the_events_that_need_it(
+    backend: Backend,
+) {
+    let s = setup(backend, &[(1, 5), (2, 5)]).await;
     let placed = Uuid::now_v7();
     let first = [created(placed, &[(1, 2)])];
     let first = platform::messaging::consumer::handle(&s.handler, &first).await;
     assert_eq!(labels(&first), ["applied"]);
 
-    let stuck = hold_row(&s.db.pool, 1).await;
+    let stuck = hold_row(&s.db, 1).await;
     let (waiting, free) = (Uuid::now_v7(), Uuid::now_v7());
     let batch = [
         created(waiting, &[(1, 1)]),
@@ -342,8 +358,8 @@ async fn a_product_row_held_by_a_stuck_transaction_holds_back_only_the_events_th
         labels(&outcomes),
         ["contended", "contended", "applied", "contended"]
     );
-    assert_eq!(state(&s.db.pool, free).await, applied("APPLIED"));
-    assert_eq!(state(&s.db.pool, placed).await, applied("APPLIED"));
+    assert_eq!(state(&s.db, free).await, applied("APPLIED"));
+    assert_eq!(state(&s.db, placed).await, applied("APPLIED"));
 
     stuck.rollback().await.expect("rollback");
     let again = [batch[0].clone(), batch[1].clone(), batch[3].clone()];
@@ -351,19 +367,20 @@ async fn a_product_row_held_by_a_stuck_transaction_holds_back_only_the_events_th
         labels(&platform::messaging::consumer::handle(&s.handler, &again).await),
         ["applied"; 3]
     );
-    assert_eq!(state(&s.db.pool, placed).await, applied("RELEASED"));
-    assert_eq!(state(&s.db.pool, waiting).await, applied("RELEASED"));
-    assert_eq!(
-        (stock(&s.db.pool, 1).await, stock(&s.db.pool, 2).await),
-        (5, 4)
-    );
+    assert_eq!(state(&s.db, placed).await, applied("RELEASED"));
+    assert_eq!(state(&s.db, waiting).await, applied("RELEASED"));
+    assert_eq!((stock(&s.db, 1).await, stock(&s.db, 2).await), (5, 4));
 }
 
+/// On PostgreSQL only: its lock table, and the trigger that reads it, are its own.
 #[tokio::test]
 async fn a_batch_takes_no_lock_per_order() {
     // PostgreSQL's lock table holds 64 x max_connections locks for all sessions together; a
     // lock per order of a batch of 256, times every consumer channel, could fill it.
-    let s = setup(&[(1, 500)]).await;
+    let s = setup(Backend::Postgres, &[(1, 500)]).await;
+    let BackendDatabase::Postgres(db) = &s.db else {
+        unreachable!("set up on PostgreSQL")
+    };
     sqlx::raw_sql(
         "CREATE TABLE advisory_locks_seen (held bigint NOT NULL);
          CREATE FUNCTION count_advisory_locks() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -375,7 +392,7 @@ async fn a_batch_takes_no_lock_per_order() {
          CREATE TRIGGER count_advisory_locks AFTER INSERT ON reservations
          FOR EACH STATEMENT EXECUTE FUNCTION count_advisory_locks();",
     )
-    .execute(&s.db.pool)
+    .execute(&db.pool)
     .await
     .expect("a trigger");
     let batch: Vec<Message> = (0..100)
@@ -384,15 +401,16 @@ async fn a_batch_takes_no_lock_per_order() {
     let outcomes = platform::messaging::consumer::handle(&s.handler, &batch).await;
     assert_eq!(labels(&outcomes), ["applied"; 100]);
     let seen: Vec<i64> = sqlx::query_scalar("SELECT held FROM advisory_locks_seen")
-        .fetch_all(&s.db.pool)
+        .fetch_all(&db.pool)
         .await
         .expect("the counts");
     assert_eq!(seen, [0]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_creation_and_its_cancellation_in_two_batches_at_once_keep_the_saga_rules() {
-    let s = setup(&[(1, 1000)]).await;
+async fn a_creation_and_its_cancellation_in_two_batches_at_once_keep_the_saga_rules(
+    backend: Backend,
+) {
+    let s = setup(backend, &[(1, 1000)]).await;
     let orders: Vec<Uuid> = (0..40).map(|_| Uuid::now_v7()).collect();
     let creations: Vec<Message> = orders.iter().map(|o| created(*o, &[(1, 1)])).collect();
     let cancellations: Vec<Message> = orders.iter().map(|o| cancelled(*o)).collect();
@@ -420,15 +438,11 @@ async fn a_creation_and_its_cancellation_in_two_batches_at_once_keep_the_saga_ru
         until_done(s.handler.clone(), cancellations)
     );
     for order_id in &orders {
-        let (state, _) = state(&s.db.pool, *order_id).await.expect("a reservation");
+        let (state, _) = state(&s.db, *order_id).await.expect("a reservation");
         assert!(
             state == "CANCELLED" || state == "RELEASED",
             "{order_id}: {state}"
         );
     }
-    assert_eq!(
-        stock(&s.db.pool, 1).await,
-        1000,
-        "everything given back, once"
-    );
+    assert_eq!(stock(&s.db, 1).await, 1000, "everything given back, once");
 }

@@ -1,6 +1,7 @@
-//! One batch of `POST /deductions` on its own (`deductions::attempt::apply_once`): every rule of
-//! docs/contract.md §3.2 as if the requests came one at a time in order, the stock change and
-//! the outcomes written in one transaction, nothing written when anything is off.
+//! One batch of `POST /deductions` on its own (`deductions::attempt::apply_once`), on either
+//! backend: every rule of docs/contract.md §3.2 as if the requests came one at a time in
+//! order, the stock change and the outcomes written in one transaction, nothing written when
+//! anything is off.
 
 use std::time::Duration;
 
@@ -11,36 +12,73 @@ use inventory_service::deductions::request::{
     DeductionId, DeductionRequest, DeductionStatus, Items,
 };
 use inventory_service::stock::queries::StockRow;
-use platform::storage::Conn;
+use platform::storage::{Conn, Tx};
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
-use sqlx::PgPool;
-use testkit::{TestDatabase, eventually};
+use testkit::{Backend, BackendDatabase, eventually};
 
 use crate::helpers::database_with_products;
 
 const PRODUCT: i64 = 7;
 const OTHER: i64 = 8;
 
-async fn database(products: &[(i64, i64)]) -> TestDatabase {
-    database_with_products("deduction_batch", products).await
+testkit::on_each_backend!(
+    each_request_is_judged_against_what_the_earlier_ones_left_in_one_transaction,
+    an_id_repeated_in_the_batch_gets_the_first_answer_and_deducts_once,
+    a_stored_id_replays_its_first_outcome_even_after_a_restock_and_takes_nothing,
+    a_multi_product_request_takes_all_or_nothing_and_names_the_first_failing_product,
+    a_batch_that_mixes_product_sets_is_refused_and_writes_nothing,
+    an_unknown_stored_status_fails_the_call_instead_of_guessing,
+    an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry,
+    a_batch_judged_against_the_remembered_stock_writes_and_remembers_what_it_left,
+    a_remembered_stock_that_moved_writes_nothing_not_even_a_refusal,
+    a_stored_id_in_a_remembered_batch_writes_nothing_and_the_read_replays_it,
+);
+
+async fn database(backend: Backend, products: &[(i64, i64)]) -> BackendDatabase {
+    database_with_products(backend, "deduction_batch", products).await
 }
 
-async fn stock_and_version(pool: &PgPool, product: i64) -> (i64, i64) {
-    sqlx::query_as("SELECT stock, version FROM products WHERE product_id = $1")
-        .bind(product)
-        .fetch_one(pool)
-        .await
-        .expect("the product")
+async fn stock_and_version(db: &BackendDatabase, product: i64) -> (i64, i64) {
+    let read = |column: &str| format!("SELECT {column} FROM products WHERE product_id = {product}");
+    (
+        db.count(&read("stock")).await,
+        db.count(&read("version")).await,
+    )
 }
 
-/// Rows in `deductions`, and the transactions that wrote them (rows written together share
-/// `xmin`).
-async fn recorded(pool: &PgPool) -> (i64, i64) {
-    sqlx::query_as("SELECT count(*), count(DISTINCT xmin::text) FROM deductions")
-        .fetch_one(pool)
-        .await
-        .expect("counts")
+/// Rows in `deductions`.
+async fn recorded(db: &BackendDatabase) -> i64 {
+    db.count("SELECT count(*) FROM deductions").await
+}
+
+/// `rows` in `deductions`, written by `commits` transactions. The transactions are counted on
+/// PostgreSQL only, where rows written together share `xmin` (MySQL shows a row's
+/// transaction to no statement).
+async fn assert_recorded(db: &BackendDatabase, rows: i64, commits: i64) {
+    assert_eq!(recorded(db).await, rows, "rows");
+    if let BackendDatabase::Postgres(postgres) = db {
+        let counted: i64 = sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM deductions")
+            .fetch_one(&postgres.pool)
+            .await
+            .expect("a count");
+        assert_eq!(counted, commits, "transactions");
+    }
+}
+
+/// Runs `sql` on `conn` (a transaction of another writer).
+async fn run(conn: Conn<'_>, sql: &str) {
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    match conn {
+        Conn::Postgres(conn) => sqlx::query(sql).execute(conn).await.map(drop),
+        Conn::MySql(conn) => sqlx::query(sql).execute(conn).await.map(drop),
+    }
+    .expect("the other writer's statement");
+}
+
+/// Another writer's transaction on `db`.
+async fn other_writer(db: &BackendDatabase) -> Tx {
+    db.database().begin().await.expect("a transaction")
 }
 
 /// A request for `quantities` of the batch's products, in ascending product id.
@@ -63,12 +101,13 @@ fn entries(requests: &[(DeductionRequest, String)]) -> Vec<Entry<'_>> {
 }
 
 async fn apply(
-    pool: &PgPool,
+    db: &BackendDatabase,
     requests: &[(DeductionRequest, String)],
 ) -> Result<Vec<Verdict>, DeductionError> {
     let entries = entries(requests);
-    let mut conn = pool.acquire().await.expect("a connection");
-    attempt::apply_once(Conn::from(&mut *conn), &entries).await
+    let database = db.database();
+    let mut conn = database.acquire().await.expect("a connection");
+    attempt::apply_once(conn.conn(), &entries).await
 }
 
 /// The outcome a verdict carries, in short: status, reason and response status, with what
@@ -128,9 +167,10 @@ fn summaries(verdicts: &[Verdict]) -> Vec<(&'static str, String)> {
     verdicts.iter().map(summary).collect()
 }
 
-#[tokio::test]
-async fn each_request_is_judged_against_what_the_earlier_ones_left_in_one_transaction() {
-    let db = database(&[(PRODUCT, 5)]).await;
+async fn each_request_is_judged_against_what_the_earlier_ones_left_in_one_transaction(
+    backend: Backend,
+) {
+    let db = database(backend, &[(PRODUCT, 5)]).await;
     let p = &[PRODUCT];
     let batch = [
         request("a", p, &[2]),
@@ -138,7 +178,7 @@ async fn each_request_is_judged_against_what_the_earlier_ones_left_in_one_transa
         request("c", p, &[2]),
         request("d", p, &[2]),
     ];
-    let verdicts = apply(&db.pool, &batch).await.expect("applied");
+    let verdicts = apply(&db, &batch).await.expect("applied");
     assert_eq!(
         summaries(&verdicts),
         vec![
@@ -149,17 +189,12 @@ async fn each_request_is_judged_against_what_the_earlier_ones_left_in_one_transa
         ],
         "the large one refused does not stop the small one after it"
     );
-    assert_eq!(
-        stock_and_version(&db.pool, PRODUCT).await,
-        (1, 1),
-        "one update"
-    );
-    assert_eq!(recorded(&db.pool).await, (4, 1), "one transaction");
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (1, 1), "one update");
+    assert_recorded(&db, 4, 1).await;
 }
 
-#[tokio::test]
-async fn an_id_repeated_in_the_batch_gets_the_first_answer_and_deducts_once() {
-    let db = database(&[(PRODUCT, 10)]).await;
+async fn an_id_repeated_in_the_batch_gets_the_first_answer_and_deducts_once(backend: Backend) {
+    let db = database(backend, &[(PRODUCT, 10)]).await;
     let p = &[PRODUCT];
     let batch = [
         request("a", p, &[1]),
@@ -167,7 +202,7 @@ async fn an_id_repeated_in_the_batch_gets_the_first_answer_and_deducts_once() {
         request("a", p, &[2]),
         request("b", p, &[2]),
     ];
-    let verdicts = apply(&db.pool, &batch).await.expect("applied");
+    let verdicts = apply(&db, &batch).await.expect("applied");
     assert_eq!(
         summaries(&verdicts),
         vec![
@@ -177,27 +212,26 @@ async fn an_id_repeated_in_the_batch_gets_the_first_answer_and_deducts_once() {
             applied("first", "b"),
         ]
     );
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (7, 1));
-    assert_eq!(recorded(&db.pool).await.0, 2);
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (7, 1));
+    assert_eq!(recorded(&db).await, 2);
 }
 
-#[tokio::test]
-async fn a_stored_id_replays_its_first_outcome_even_after_a_restock_and_takes_nothing() {
-    let db = database(&[(PRODUCT, 3)]).await;
+async fn a_stored_id_replays_its_first_outcome_even_after_a_restock_and_takes_nothing(
+    backend: Backend,
+) {
+    let db = database(backend, &[(PRODUCT, 3)]).await;
     let p = &[PRODUCT];
     let first = [request("x", p, &[1]), request("big", p, &[9])];
-    apply(&db.pool, &first).await.expect("applied");
-    sqlx::query("UPDATE products SET stock = stock + 100, version = version + 1")
-        .execute(&db.pool)
-        .await
-        .expect("a restock");
+    apply(&db, &first).await.expect("applied");
+    let restock = "UPDATE products SET stock = stock + 100, version = version + 1";
+    db.execute(restock, restock).await;
 
     let again = [
         request("x", p, &[1]),
         request("x", p, &[2]),
         request("big", p, &[9]),
     ];
-    let verdicts = apply(&db.pool, &again).await.expect("replayed");
+    let verdicts = apply(&db, &again).await.expect("replayed");
     let mut refused_again = refused(SHORT, PRODUCT);
     refused_again.0 = "stored";
     assert_eq!(
@@ -209,23 +243,24 @@ async fn a_stored_id_replays_its_first_outcome_even_after_a_restock_and_takes_no
         ]
     );
     assert_eq!(
-        stock_and_version(&db.pool, PRODUCT).await,
+        stock_and_version(&db, PRODUCT).await,
         (102, 2),
         "replays take nothing"
     );
-    assert_eq!(recorded(&db.pool).await, (2, 1), "replays write nothing");
+    assert_recorded(&db, 2, 1).await;
 }
 
-#[tokio::test]
-async fn a_multi_product_request_takes_all_or_nothing_and_names_the_first_failing_product() {
-    let db = database(&[(PRODUCT, 5), (OTHER, 1)]).await;
+async fn a_multi_product_request_takes_all_or_nothing_and_names_the_first_failing_product(
+    backend: Backend,
+) {
+    let db = database(backend, &[(PRODUCT, 5), (OTHER, 1)]).await;
     let p = &[PRODUCT, OTHER];
     let batch = [
         request("too-much", p, &[1, 9]),
         request("both", p, &[1, 1]),
         request("one-short", p, &[1, 1]),
     ];
-    let verdicts = apply(&db.pool, &batch).await.expect("applied");
+    let verdicts = apply(&db, &batch).await.expect("applied");
     assert_eq!(
         summaries(&verdicts),
         vec![
@@ -234,140 +269,167 @@ async fn a_multi_product_request_takes_all_or_nothing_and_names_the_first_failin
             refused(SHORT, OTHER),
         ]
     );
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
-    assert_eq!(stock_and_version(&db.pool, OTHER).await, (0, 1));
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (4, 1));
+    assert_eq!(stock_and_version(&db, OTHER).await, (0, 1));
 
     const GHOST: i64 = 99;
-    let verdicts = apply(&db.pool, &[request("ghost", &[PRODUCT, GHOST], &[1, 1])])
+    let verdicts = apply(&db, &[request("ghost", &[PRODUCT, GHOST], &[1, 1])])
         .await
         .expect("applied");
     assert_eq!(
         summaries(&verdicts),
         vec![refused(RejectionReason::UnknownProduct, GHOST)]
     );
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (4, 1));
 }
 
-#[tokio::test]
-async fn a_batch_that_mixes_product_sets_is_refused_and_writes_nothing() {
-    let db = database(&[(PRODUCT, 5), (OTHER, 5)]).await;
+async fn a_batch_that_mixes_product_sets_is_refused_and_writes_nothing(backend: Backend) {
+    let db = database(backend, &[(PRODUCT, 5), (OTHER, 5)]).await;
     // The lock a batch holds covers its first request's products, so every other request
     // must name exactly those.
     let batch = [
         request("a", &[PRODUCT], &[1]),
         request("b", &[PRODUCT, OTHER], &[1, 1]),
     ];
-    let error = apply(&db.pool, &batch).await.expect_err("refused");
+    let error = apply(&db, &batch).await.expect_err("refused");
     assert!(matches!(error, DeductionError::Unexpected(_)), "{error:?}");
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (5, 0));
-    assert_eq!(recorded(&db.pool).await.0, 0);
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (5, 0));
+    assert_eq!(recorded(&db).await, 0);
 }
 
-#[tokio::test]
-async fn an_unknown_stored_status_fails_the_call_instead_of_guessing() {
-    let db = database(&[(PRODUCT, 3)]).await;
+async fn an_unknown_stored_status_fails_the_call_instead_of_guessing(backend: Backend) {
+    let db = database(backend, &[(PRODUCT, 3)]).await;
     // The CHECK constraints are what keep other values out; without them, reading fails.
-    sqlx::query(
-        "ALTER TABLE deductions DROP CONSTRAINT deductions_status_known, \
-         DROP CONSTRAINT deductions_rejection_reason_matches",
-    )
-    .execute(&db.pool)
-    .await
-    .expect("drop the checks");
+    let unchecked = "ALTER TABLE deductions DROP CONSTRAINT deductions_status_known, \
+                     DROP CONSTRAINT deductions_rejection_reason_matches";
+    db.execute(unchecked, unchecked).await;
     let (odd, fingerprint) = request("odd", &[PRODUCT], &[1]);
-    sqlx::query(
+    let insert = format!(
         "INSERT INTO deductions (deduction_id, fingerprint, items, status, response_status, \
-         response_body) VALUES ('odd', $1, '[]', 'PARTIAL', 200, '')",
-    )
-    .bind(&fingerprint)
-    .execute(&db.pool)
-    .await
-    .expect("an odd row");
-    let read = apply(&db.pool, &[(odd, fingerprint)]).await;
+         response_body) VALUES ('odd', '{fingerprint}', '[]', 'PARTIAL', 200, '')"
+    );
+    db.execute(&insert, &insert).await;
+    let read = apply(&db, &[(odd, fingerprint)]).await;
     assert!(read.is_err(), "{read:?}");
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (3, 0));
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (3, 0));
 }
 
+/// On PostgreSQL the read is a snapshot: a product another writer moves between the read and
+/// the write undoes the batch, for a retry.
 #[tokio::test]
 async fn a_product_that_moved_since_it_was_read_undoes_the_batch_for_a_retry() {
-    let db = database(&[(PRODUCT, 5)]).await;
+    let db = database(Backend::Postgres, &[(PRODUCT, 5)]).await;
     // Another writer holds the product's row: the batch reads version 0, judges, and its
     // write waits; the other writer then commits version 1.
-    let mut other = db.pool.begin().await.expect("a transaction");
-    sqlx::query("UPDATE products SET stock = stock + 1, version = version + 1")
-        .execute(&mut *other)
-        .await
-        .expect("the other writer's change");
-    let pool = db.pool.clone();
-    let call = tokio::spawn(async move { apply(&pool, &[request("a", &[PRODUCT], &[1])]).await });
-    wait_for_a_lock_wait(&db.pool).await;
+    let mut other = other_writer(&db).await;
+    run(
+        other.conn(),
+        "UPDATE products SET stock = stock + 1, version = version + 1",
+    )
+    .await;
+    let call = apply_in_task(&db, vec![request("a", &[PRODUCT], &[1])]);
+    wait_for_a_lock_wait(&db, "(PostgreSQL only)").await;
     other.commit().await.expect("the other writer commits");
 
     let error = call.await.expect("the call ends").expect_err("undone");
     assert_eq!(sqlstate(&error).as_deref(), Some("40001"), "{error}");
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (6, 1));
-    assert_eq!(
-        recorded(&db.pool).await.0,
-        0,
-        "nothing of the batch was kept"
-    );
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (6, 1));
+    assert_eq!(recorded(&db).await, 0, "nothing of the batch was kept");
 }
 
+/// On MySQL the read locks the batch's products: a product another writer holds is waited
+/// for, and the batch is judged on what that writer committed.
 #[tokio::test]
-async fn an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry() {
-    let db = database(&[(PRODUCT, 5)]).await;
+async fn a_product_held_by_another_writer_is_waited_for_and_judged_as_it_committed() {
+    let db = database(Backend::MySql, &[(PRODUCT, 5)]).await;
+    let mut other = other_writer(&db).await;
+    run(
+        other.conn(),
+        "UPDATE products SET stock = 0, version = version + 1",
+    )
+    .await;
+    let call = apply_in_task(&db, vec![request("a", &[PRODUCT], &[1])]);
+    wait_for_a_lock_wait(&db, "(SELECT 'product'").await;
+    // Had the batch read before its wait, it would have judged 5 units there.
+    other.commit().await.expect("the other writer commits");
+
+    let verdicts = call.await.expect("the call ends").expect("judged");
+    assert_eq!(summaries(&verdicts), vec![refused(SHORT, PRODUCT)]);
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (0, 1));
+    assert_eq!(recorded(&db).await, 1, "the refusal is recorded");
+}
+
+/// [`apply`] in a task of its own, on a database handle of its own.
+fn apply_in_task(
+    db: &BackendDatabase,
+    requests: Vec<(DeductionRequest, String)>,
+) -> tokio::task::JoinHandle<Result<Vec<Verdict>, DeductionError>> {
+    let database = db.database();
+    tokio::spawn(async move {
+        let entries = entries(&requests);
+        let mut conn = database.acquire().await.expect("a connection");
+        attempt::apply_once(conn.conn(), &entries).await
+    })
+}
+
+async fn an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry(backend: Backend) {
+    let db = database(backend, &[(PRODUCT, 5)]).await;
     // Another writer has inserted "x" and not committed: the batch reads no stored "x",
     // judges it first, and its insert waits for that writer.
     let (x, x_fingerprint) = request("x", &[PRODUCT], &[1]);
-    let mut other = db.pool.begin().await.expect("a transaction");
-    sqlx::query(
+    let mut other = other_writer(&db).await;
+    let insert = format!(
         "INSERT INTO deductions (deduction_id, fingerprint, items, status, response_status, \
-         response_body) VALUES ('x', $1, '[]', 'APPLIED', 200, '{\"deduction_id\":\"x\"}')",
-    )
-    .bind(&x_fingerprint)
-    .execute(&mut *other)
-    .await
-    .expect("the other writer's row");
-    let pool = db.pool.clone();
-    let batch = [request("y", &[PRODUCT], &[1]), (x, x_fingerprint)];
+         response_body) VALUES ('x', '{x_fingerprint}', '[]', 'APPLIED', 200, \
+         '{{\"deduction_id\":\"x\"}}')"
+    );
+    run(other.conn(), &insert).await;
+    let batch = vec![request("y", &[PRODUCT], &[1]), (x, x_fingerprint)];
     let retry = batch.clone();
-    let call = tokio::spawn(async move { apply(&pool, &batch).await });
-    wait_for_a_lock_wait(&db.pool).await;
+    let call = apply_in_task(&db, batch);
+    wait_for_a_lock_wait(&db, "INSERT INTO deductions").await;
     other.commit().await.expect("the other writer commits");
 
     let error = call.await.expect("the call ends").expect_err("undone");
     assert_eq!(sqlstate(&error).as_deref(), Some("40001"), "{error}");
     assert_eq!(
-        stock_and_version(&db.pool, PRODUCT).await,
+        stock_and_version(&db, PRODUCT).await,
         (5, 0),
         "nothing of the batch was kept"
     );
-    assert_eq!(recorded(&db.pool).await.0, 1);
+    assert_eq!(recorded(&db).await, 1);
 
-    let verdicts = apply(&db.pool, &retry).await.expect("applied on the retry");
+    let verdicts = apply(&db, &retry).await.expect("applied on the retry");
     assert_eq!(
         summaries(&verdicts),
         vec![applied("first", "y"), applied("stored", "x")]
     );
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (4, 1));
 }
 
-/// Waits until the batch's write waits on a lock another transaction holds.
-/// Waits until the batch's write (`record`, whose text begins so; `pg_stat_activity` keeps only
-/// its first kilobyte) waits for a lock.
-async fn wait_for_a_lock_wait(pool: &PgPool) {
-    eventually(Duration::from_secs(30), || {
-        let pool = pool.clone();
-        async move {
-            let waiting: i64 = sqlx::query_scalar(
+/// Waits until the batch waits for a lock another transaction holds: on PostgreSQL its write
+/// (`record`, whose text begins so; `pg_stat_activity` keeps only its first kilobyte) waiting
+/// on a lock; on MySQL its statement that begins with `mysql_statement` running (the other
+/// writer holds what it needs, so running is waiting). MySQL's own list of lock waits
+/// (`information_schema.innodb_trx`) is a cache refreshed only once it has gone unread for
+/// 0.1 s, so a poll this frequent would never see it change. Only this test's database
+/// counts: other tests run beside it.
+async fn wait_for_a_lock_wait(db: &BackendDatabase, mysql_statement: &str) {
+    let mysql = format!(
+        "SELECT count(*) FROM information_schema.processlist \
+         WHERE db = DATABASE() AND id <> CONNECTION_ID() AND info LIKE '{}%'",
+        mysql_statement.replace('\'', "''")
+    );
+    eventually(Duration::from_secs(30), || async {
+        let waiting = db
+            .scalar::<i64>(
                 "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND query LIKE 'WITH ordered AS MATERIALIZED%'",
+                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                   AND query LIKE 'WITH ordered AS MATERIALIZED%'",
+                &mysql,
             )
-            .fetch_one(&pool)
-            .await
-            .expect("a count");
-            (waiting == 1).then_some(())
-        }
+            .await;
+        (waiting == 1).then_some(())
     })
     .await;
 }
@@ -384,7 +446,7 @@ fn sqlstate(error: &DeductionError) -> Option<String> {
 
 /// A batch judged against the stock the previous batch left, without reading it.
 async fn apply_remembered(
-    pool: &PgPool,
+    db: &BackendDatabase,
     requests: &[(DeductionRequest, String)],
     remembered: &[(i64, i64, i64)],
 ) -> Result<attempt::Attempted, DeductionError> {
@@ -397,15 +459,17 @@ async fn apply_remembered(
         .first()
         .map(|(request, _)| request.items.product_ids())
         .unwrap_or_default();
-    let mut conn = pool.acquire().await.expect("a connection");
-    attempt::apply_on(Conn::from(&mut *conn), &products, &entries, &[], Some(rows)).await
+    let database = db.database();
+    let mut conn = database.acquire().await.expect("a connection");
+    attempt::apply_on(conn.conn(), &products, &entries, &[], Some(rows)).await
 }
 
-#[tokio::test]
-async fn a_batch_judged_against_the_remembered_stock_writes_and_remembers_what_it_left() {
-    let db = database(&[(PRODUCT, 5)]).await;
+async fn a_batch_judged_against_the_remembered_stock_writes_and_remembers_what_it_left(
+    backend: Backend,
+) {
+    let db = database(backend, &[(PRODUCT, 5)]).await;
     let p = &[PRODUCT];
-    let first = apply_remembered(&db.pool, &[request("a", p, &[2])], &[(PRODUCT, 5, 0)])
+    let first = apply_remembered(&db, &[request("a", p, &[2])], &[(PRODUCT, 5, 0)])
         .await
         .expect("applied");
     assert_eq!(summaries(&first.verdicts), vec![applied("first", "a")]);
@@ -425,7 +489,7 @@ async fn a_batch_judged_against_the_remembered_stock_writes_and_remembers_what_i
         .map(|(id, row)| (id.0, row.stock, row.version))
         .collect();
     let second = apply_remembered(
-        &db.pool,
+        &db,
         &[request("b", p, &[3]), request("c", p, &[1])],
         &remembered,
     )
@@ -435,49 +499,41 @@ async fn a_batch_judged_against_the_remembered_stock_writes_and_remembers_what_i
         summaries(&second.verdicts),
         vec![applied("first", "b"), refused(SHORT, PRODUCT)]
     );
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (0, 2));
-    assert_eq!(recorded(&db.pool).await, (3, 2));
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (0, 2));
+    assert_recorded(&db, 3, 2).await;
 }
 
-#[tokio::test]
-async fn a_remembered_stock_that_moved_writes_nothing_not_even_a_refusal() {
-    let db = database(&[(PRODUCT, 0)]).await;
+async fn a_remembered_stock_that_moved_writes_nothing_not_even_a_refusal(backend: Backend) {
+    let db = database(backend, &[(PRODUCT, 0)]).await;
     // Remembered empty at version 0; a restock has since added 10 (version 1). Judged against
     // the memory, "a" would be refused: the write must not record that refusal.
-    sqlx::query("UPDATE products SET stock = 10, version = 1")
-        .execute(&db.pool)
+    let restock = "UPDATE products SET stock = 10, version = 1";
+    db.execute(restock, restock).await;
+    let error = apply_remembered(&db, &[request("a", &[PRODUCT], &[1])], &[(PRODUCT, 0, 0)])
         .await
-        .expect("a restock");
-    let error = apply_remembered(
-        &db.pool,
-        &[request("a", &[PRODUCT], &[1])],
-        &[(PRODUCT, 0, 0)],
-    )
-    .await
-    .expect_err("stale");
+        .expect_err("stale");
     assert_eq!(sqlstate(&error).as_deref(), Some("40001"), "{error}");
-    assert_eq!(recorded(&db.pool).await.0, 0);
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (10, 1));
+    assert_eq!(recorded(&db).await, 0);
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (10, 1));
 }
 
-#[tokio::test]
-async fn a_stored_id_in_a_remembered_batch_writes_nothing_and_the_read_replays_it() {
-    let db = database(&[(PRODUCT, 5)]).await;
+async fn a_stored_id_in_a_remembered_batch_writes_nothing_and_the_read_replays_it(
+    backend: Backend,
+) {
+    let db = database(backend, &[(PRODUCT, 5)]).await;
     let x = request("x", &[PRODUCT], &[1]);
-    apply(&db.pool, std::slice::from_ref(&x))
-        .await
-        .expect("applied");
+    apply(&db, std::slice::from_ref(&x)).await.expect("applied");
     let batch = [request("y", &[PRODUCT], &[1]), x];
-    let error = apply_remembered(&db.pool, &batch, &[(PRODUCT, 4, 1)])
+    let error = apply_remembered(&db, &batch, &[(PRODUCT, 4, 1)])
         .await
         .expect_err("the memory knows no stored ids");
     assert_eq!(sqlstate(&error).as_deref(), Some("40001"), "{error}");
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (4, 1));
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (4, 1));
 
-    let verdicts = apply(&db.pool, &batch).await.expect("read and applied");
+    let verdicts = apply(&db, &batch).await.expect("read and applied");
     assert_eq!(
         summaries(&verdicts),
         vec![applied("first", "y"), applied("stored", "x")]
     );
-    assert_eq!(stock_and_version(&db.pool, PRODUCT).await, (3, 2));
+    assert_eq!(stock_and_version(&db, PRODUCT).await, (3, 2));
 }

@@ -61,7 +61,7 @@ async fn a_message_that_keeps_failing_is_dead_lettered_after_its_failure_limit()
     app.create_product(1, 10).await;
     let order_id = Uuid::now_v7();
     // A database that refuses this one order's reservation every time: a real failure.
-    refuse_reservations_of(app.db(), order_id).await;
+    refuse_reservations_of(&app.database, order_id).await;
 
     let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
     publish_order_created(&probe, order_id, &[(1, 1)]).await;

@@ -11,9 +11,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use shared::keys::{self, RedisKeys};
 use sqlx::PgPool;
-use testkit::{
-    AmqpProbe, Backend, BackendDatabase, TestDatabase, TestVhost, redis_prefix, redis_url,
-};
+use testkit::{AmqpProbe, Backend, BackendDatabase, TestVhost, redis_prefix, redis_url};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -336,15 +334,17 @@ pub async fn assert_exactly_fifty_applied(app: &TestApp, product: i64, statuses:
 
 /// A migrated database of its own with `(product_id, stock)` products, for tests that drive
 /// the service's code without the service.
-pub async fn database_with_products(prefix: &str, products: &[(i64, i64)]) -> TestDatabase {
-    let db = TestDatabase::create(prefix, &inventory_service::MIGRATOR).await;
+pub async fn database_with_products(
+    backend: Backend,
+    prefix: &str,
+    products: &[(i64, i64)],
+) -> BackendDatabase {
+    let db = BackendDatabase::create(backend, prefix, inventory_service::migrators()).await;
     for (product, stock) in products {
-        sqlx::query("INSERT INTO products (product_id, name, stock) VALUES ($1, 'widget', $2)")
-            .bind(product)
-            .bind(stock)
-            .execute(&db.pool)
-            .await
-            .expect("a product");
+        let insert = format!(
+            "INSERT INTO products (product_id, name, stock) VALUES ({product}, 'widget', {stock})"
+        );
+        db.execute(&insert, &insert).await;
     }
     db
 }
@@ -383,17 +383,29 @@ pub async fn publish_order_created(probe: &AmqpProbe, order_id: Uuid, items: &[(
         .await;
 }
 
-/// Makes the database `pool` refuse every insert of `order_id`'s reservation (a trigger that
-/// raises): a failure that repeats on every try.
-pub async fn refuse_reservations_of(pool: &PgPool, order_id: Uuid) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE FUNCTION refuse_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
-         BEGIN IF NEW.order_id = '{order_id}' THEN RAISE EXCEPTION 'refused'; END IF; \
-         RETURN NEW; END $$; \
-         CREATE TRIGGER refuse_order BEFORE INSERT ON reservations \
-         FOR EACH ROW EXECUTE FUNCTION refuse_order();"
-    )))
-    .execute(pool)
-    .await
-    .expect("a trigger");
+/// Makes `db` refuse every insert of `order_id`'s reservation (a trigger that raises): a
+/// failure that repeats on every try.
+pub async fn refuse_reservations_of(db: &BackendDatabase, order_id: Uuid) {
+    // Text protocol (`raw_sql`): MySQL takes no CREATE TRIGGER as a prepared statement.
+    let created = match db {
+        BackendDatabase::Postgres(db) => sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE FUNCTION refuse_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN IF NEW.order_id = '{order_id}' THEN RAISE EXCEPTION 'refused'; END IF; \
+                 RETURN NEW; END $$; \
+                 CREATE TRIGGER refuse_order BEFORE INSERT ON reservations \
+                 FOR EACH ROW EXECUTE FUNCTION refuse_order();"
+        )))
+        .execute(&db.pool)
+        .await
+        .map(drop),
+        BackendDatabase::MySql(db) => sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TRIGGER refuse_order BEFORE INSERT ON reservations FOR EACH ROW \
+                 BEGIN IF NEW.order_id = UNHEX(REPLACE('{order_id}', '-', '')) THEN \
+                 SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END IF; END"
+        )))
+        .execute(&db.pool)
+        .await
+        .map(drop),
+    };
+    created.expect("a trigger");
 }
