@@ -1,14 +1,17 @@
-//! Connections come back by themselves: RabbitMQ, Redis and PostgreSQL are cut off through a
-//! proxy the test controls, then let back in; no service restart.
+//! Connections come back by themselves: RabbitMQ, Redis and the database (PostgreSQL or
+//! MariaDB) are cut off through a proxy the test controls, then let back in; no service
+//! restart.
 
 use std::time::Duration;
 
 use shared::keys;
-use testkit::{ChaosProxy, TestVhost};
+use testkit::{Backend, BackendDatabase, ChaosProxy, TestVhost};
 
 use crate::helpers::{TestApp, eventually, order_body};
 
 const WAIT: Duration = Duration::from_secs(20);
+
+testkit::on_each_backend!(redis_and_database_outages_heal_without_a_restart);
 
 #[tokio::test]
 async fn events_written_while_the_broker_is_unreachable_are_published_when_it_returns() {
@@ -85,14 +88,19 @@ async fn the_broker_nodes_are_walked_past_a_dead_one_and_past_one_that_is_lost()
     assert_eq!(published[0].body["payload"]["order_id"], after["order_id"]);
 }
 
-#[tokio::test]
-async fn redis_and_postgres_outages_heal_without_a_restart() {
+async fn redis_and_database_outages_heal_without_a_restart(backend: Backend) {
     let redis = ChaosProxy::start("127.0.0.1:6379").await;
-    let postgres = ChaosProxy::start("127.0.0.1:5432").await;
-    let db = testkit::TestDatabase::create("orders_recovery", &order_service::MIGRATOR).await;
+    let server = match backend {
+        Backend::Postgres => "127.0.0.1:5432",
+        Backend::MySql => "127.0.0.1:3306",
+    };
+    let database = ChaosProxy::start(server).await;
+    let db = BackendDatabase::create(backend, "orders_recovery", order_service::migrators()).await;
     let redis_url = format!("redis://{}/0", redis.addr);
-    let database_url = format!("postgres://postgres@{}/{}", postgres.addr, db.name);
-    let app = TestApp::spawn_with(|c| {
+    // The test's database, reached through the proxy.
+    let database_url = db.url().replacen(server, &database.addr.to_string(), 1);
+    assert_ne!(database_url, db.url(), "the URL names {server}");
+    let app = TestApp::spawn_on(backend, |c| {
         c.redis_url = redis_url;
         c.database_urls = vec![database_url];
     })
@@ -119,21 +127,17 @@ async fn redis_and_postgres_outages_heal_without_a_restart() {
     })
     .await;
 
-    postgres.cut();
+    database.cut();
     let token = app.issue_token().await;
     let failed = app.post_order(&token, &order_body(1, 1002, 1)).await;
     assert!(failed.status().is_server_error(), "{}", failed.status());
-    postgres.restore();
-    // The same token works once PostgreSQL is back: the failed attempt gave it back.
+    database.restore();
+    // The same token works once the database is back: the failed attempt gave it back.
     let order = eventually(WAIT, || async {
         let response = app.post_order(&token, &order_body(1, 1002, 1)).await;
         (response.status() == 202).then_some(())
     })
     .await;
     let () = order;
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
-        .fetch_one(&db.pool)
-        .await
-        .expect("count");
-    assert_eq!(orders, 2);
+    assert_eq!(db.count("SELECT count(*) FROM orders").await, 2);
 }
