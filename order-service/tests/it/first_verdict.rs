@@ -1,6 +1,8 @@
-//! Settling a batch of verdicts: one statement settles the orders and records the message
-//! ids together, each verdict judged as if alone and in arrival order, after one read that
-//! locks nothing; a batch of one takes the same path.
+//! Settling a batch of verdicts: one statement settles the orders and records the message ids
+//! together, each verdict judged as if alone and in arrival order, after one read that
+//! locks nothing; a batch of one takes the same path. On either backend.
+
+use std::time::Duration;
 
 use order_service::orders::payment::PaymentWindow;
 use order_service::orders::settle::{self, Effect, Incoming, MessageKey, SettleError, Verdict};
@@ -10,37 +12,61 @@ use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
 use shared::ids::OrderId;
 use shared::keys;
-use sqlx::PgPool;
-use testkit::TestDatabase;
+use testkit::{Backend, BackendDatabase, eventually, uuid_literal};
 use uuid::Uuid;
 
-async fn pending_order(pool: &PgPool) -> OrderId {
+testkit::on_each_backend!(
+    a_first_verdict_settles_the_order_and_records_the_message_together,
+    a_message_seen_before_never_settles_an_order,
+    a_batch_settles_each_order_by_its_first_verdict_in_arrival_order,
+    an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge_again,
+);
+
+async fn database(backend: Backend) -> BackendDatabase {
+    BackendDatabase::create(backend, "first_verdict", order_service::migrators()).await
+}
+
+/// `id` as `db`'s statements compare a uuid.
+fn literal(db: &BackendDatabase, id: Uuid) -> String {
+    uuid_literal(db.backend(), &id.to_string())
+}
+
+async fn pending_order(db: &BackendDatabase) -> OrderId {
     let order_id = OrderId::new();
-    sqlx::query(
+    let insert = format!(
         "INSERT INTO orders (order_id, user_id, items, amount) \
-         VALUES ($1, 1, '[{\"product_id\": 1, \"quantity\": 1}]', 10)",
-    )
-    .bind(order_id.0)
-    .execute(pool)
-    .await
-    .expect("an order");
+         VALUES ({}, 1, '[{{\"product_id\": 1, \"quantity\": 1}}]', 10)",
+        literal(db, order_id.0)
+    );
+    db.execute(&insert, &insert).await;
     order_id
 }
 
-async fn status(pool: &PgPool, order_id: OrderId) -> String {
-    sqlx::query_scalar("SELECT status FROM orders WHERE order_id = $1")
-        .bind(order_id.0)
-        .fetch_one(pool)
-        .await
-        .expect("the order")
+/// The order's column `name`.
+async fn column<T>(db: &BackendDatabase, order_id: OrderId, name: &str) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    T: for<'r> sqlx::Decode<'r, sqlx::MySql> + sqlx::Type<sqlx::MySql>,
+    T: Send + Unpin,
+{
+    let read = format!(
+        "SELECT {name} FROM orders WHERE order_id = {}",
+        literal(db, order_id.0)
+    );
+    db.scalar(&read, &read).await
 }
 
-async fn recorded(pool: &PgPool, message_id: Uuid) -> bool {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM processed_messages WHERE message_id = $1)")
-        .bind(message_id)
-        .fetch_one(pool)
-        .await
-        .expect("a lookup")
+async fn status(db: &BackendDatabase, order_id: OrderId) -> String {
+    column(db, order_id, "status").await
+}
+
+/// Whether `message_id` is recorded (at most once: it is the key).
+async fn recorded(db: &BackendDatabase, message_id: Uuid) -> bool {
+    let read = format!(
+        "SELECT count(*) FROM processed_messages WHERE message_id = {}",
+        literal(db, message_id)
+    );
+    db.count(&read).await == 1
 }
 
 fn verdict(order_id: OrderId, verdict: Verdict) -> Incoming {
@@ -62,60 +88,53 @@ fn message_id(incoming: &Incoming) -> Uuid {
     incoming.message.as_ref().expect("a message").id
 }
 
-async fn settle_committed(pool: &PgPool, incoming: &[Incoming]) -> Vec<Handled> {
-    let mut tx = pool.begin().await.expect("a transaction");
-    let settled = settle::settle_all(Conn::from(&mut *tx), incoming, PaymentWindow::OFF)
+async fn settle_committed(db: &BackendDatabase, incoming: &[Incoming]) -> Vec<Handled> {
+    let mut tx = db.database().begin().await.expect("a transaction");
+    let settled = settle::settle_all(tx.conn(), incoming, PaymentWindow::OFF)
         .await
         .expect("settles");
     tx.commit().await.expect("commits");
     settled.handled
 }
 
-#[tokio::test]
-async fn a_first_verdict_settles_the_order_and_records_the_message_together() {
-    let db = TestDatabase::create("first_verdict", &order_service::MIGRATOR).await;
-    let order_id = pending_order(&db.pool).await;
+async fn a_first_verdict_settles_the_order_and_records_the_message_together(backend: Backend) {
+    let db = database(backend).await;
+    let order_id = pending_order(&db).await;
     let first = verdict(
         order_id,
         Verdict::Rejected(RejectionReason::InsufficientStock),
     );
     assert_eq!(
-        settle_committed(&db.pool, std::slice::from_ref(&first)).await,
+        settle_committed(&db, std::slice::from_ref(&first)).await,
         [Handled::Applied]
     );
-    assert_eq!(status(&db.pool, order_id).await, "REJECTED");
-    assert!(recorded(&db.pool, message_id(&first)).await);
+    assert_eq!(status(&db, order_id).await, "REJECTED");
+    assert!(recorded(&db, message_id(&first)).await);
 
     // The order left PENDING: a late verdict is recorded and changes nothing.
     let late = verdict(order_id, Verdict::Reserved);
-    settle_committed(&db.pool, std::slice::from_ref(&late)).await;
-    assert_eq!(status(&db.pool, order_id).await, "REJECTED");
+    settle_committed(&db, std::slice::from_ref(&late)).await;
+    assert_eq!(status(&db, order_id).await, "REJECTED");
+    assert!(recorded(&db, message_id(&late)).await);
 }
 
-#[tokio::test]
-async fn a_message_seen_before_never_settles_an_order() {
-    let db = TestDatabase::create("first_verdict", &order_service::MIGRATOR).await;
-    let order_id = pending_order(&db.pool).await;
+async fn a_message_seen_before_never_settles_an_order(backend: Backend) {
+    let db = database(backend).await;
+    let order_id = pending_order(&db).await;
     let seen = verdict(order_id, Verdict::Reserved);
-    sqlx::query(
-        "INSERT INTO processed_messages (message_id, kind) VALUES ($1, 'inventory.reserved')",
-    )
-    .bind(message_id(&seen))
-    .execute(&db.pool)
-    .await
-    .expect("a recorded message");
-
-    assert_eq!(
-        settle_committed(&db.pool, &[seen]).await,
-        [Handled::Duplicate]
+    let insert = format!(
+        "INSERT INTO processed_messages (message_id, kind) VALUES ({}, 'inventory.reserved')",
+        literal(&db, message_id(&seen))
     );
-    assert_eq!(status(&db.pool, order_id).await, "PENDING");
+    db.execute(&insert, &insert).await;
+
+    assert_eq!(settle_committed(&db, &[seen]).await, [Handled::Duplicate]);
+    assert_eq!(status(&db, order_id).await, "PENDING");
 }
 
-#[tokio::test]
-async fn a_batch_settles_each_order_by_its_first_verdict_in_arrival_order() {
-    let db = TestDatabase::create("first_verdict", &order_service::MIGRATOR).await;
-    let (a, b) = (pending_order(&db.pool).await, pending_order(&db.pool).await);
+async fn a_batch_settles_each_order_by_its_first_verdict_in_arrival_order(backend: Backend) {
+    let db = database(backend).await;
+    let (a, b) = (pending_order(&db).await, pending_order(&db).await);
     let a_reserved = verdict(a, Verdict::Reserved);
     let batch = [
         a_reserved.clone(),
@@ -125,7 +144,7 @@ async fn a_batch_settles_each_order_by_its_first_verdict_in_arrival_order() {
         a_reserved,
     ];
     assert_eq!(
-        settle_committed(&db.pool, &batch).await,
+        settle_committed(&db, &batch).await,
         [
             Handled::Applied,
             Handled::Applied,
@@ -133,56 +152,71 @@ async fn a_batch_settles_each_order_by_its_first_verdict_in_arrival_order() {
             Handled::Duplicate
         ]
     );
-    assert_eq!(status(&db.pool, a).await, "CONFIRMED");
-    assert_eq!(status(&db.pool, b).await, "REJECTED");
-    let reason: Option<String> =
-        sqlx::query_scalar("SELECT rejection_reason FROM orders WHERE order_id = $1")
-            .bind(b.0)
-            .fetch_one(&db.pool)
-            .await
-            .expect("the order");
+    assert_eq!(status(&db, a).await, "CONFIRMED");
+    assert_eq!(status(&db, b).await, "REJECTED");
+    let reason: Option<String> = column(&db, b, "rejection_reason").await;
     assert_eq!(reason.as_deref(), Some("unknown_product"));
-    let ids: i64 = sqlx::query_scalar("SELECT count(*) FROM processed_messages")
-        .fetch_one(&db.pool)
-        .await
-        .expect("a count");
-    assert_eq!(ids, 3, "every distinct message id recorded once");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_messages").await,
+        3,
+        "every distinct message id recorded once"
+    );
 }
 
-#[tokio::test]
-async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge_again() {
-    let db = TestDatabase::create("first_verdict", &order_service::MIGRATOR).await;
-    let order_id = pending_order(&db.pool).await;
+/// Runs `sql` on `conn` (the transaction of a writer other than the batch).
+async fn run(conn: Conn<'_>, sql: &str) {
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    match conn {
+        Conn::Postgres(conn) => sqlx::query(sql).execute(conn).await.map(drop),
+        Conn::MySql(conn) => sqlx::query(sql).execute(conn).await.map(drop),
+    }
+    .expect("the other writer's statement");
+}
+
+async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge_again(
+    backend: Backend,
+) {
+    let db = database(backend).await;
+    let order_id = pending_order(&db).await;
     // A cancel in flight holds the order's row, PENDING as the batch reads it...
-    let mut cancel = db.pool.begin().await.expect("the cancel's transaction");
-    sqlx::query("UPDATE orders SET status = 'CANCELLED' WHERE order_id = $1")
-        .bind(order_id.0)
-        .execute(&mut *cancel)
+    let mut cancel = db
+        .database()
+        .begin()
         .await
-        .expect("the cancel");
+        .expect("the cancel's transaction");
+    let update = format!(
+        "UPDATE orders SET status = 'CANCELLED' WHERE order_id = {}",
+        literal(&db, order_id.0)
+    );
+    run(cancel.conn(), &update).await;
     let reserved = verdict(order_id, Verdict::Reserved);
     let batch = [reserved.clone()];
-    let pool = db.pool.clone();
+    let database = db.database();
     let settling = tokio::spawn(async move {
-        let mut conn = pool.acquire().await.expect("a connection");
-        settle::settle_all(Conn::from(&mut *conn), &batch, PaymentWindow::OFF)
+        let mut conn = database.acquire().await.expect("a connection");
+        settle::settle_all(conn.conn(), &batch, PaymentWindow::OFF)
             .await
             .map(|settled| settled.handled)
     });
-    // ...and commits while the batch's write waits for the row.
-    eventually_waiting_on_a_lock(&db.pool).await;
+    // ...and commits while the batch's write waits for the row. The write then finds the
+    // order no longer PENDING and undoes itself: on PostgreSQL its one statement's guard
+    // raises a serialization failure; on MySQL the store sees its update move fewer orders
+    // than decided, rolls back and reports the same failure.
+    wait_for_the_write_to_wait(&db).await;
     cancel.commit().await.expect("the cancel commits");
     let first = settling.await.expect("the task");
     assert!(matches!(first, Err(SettleError::Raced)), "{first:?}");
     assert!(
-        !recorded(&db.pool, message_id(&reserved)).await,
+        !recorded(&db, message_id(&reserved)).await,
         "nothing written"
     );
+    assert_eq!(status(&db, order_id).await, "CANCELLED");
 
     // Judged again, the verdict finds the order cancelled: recorded, and the stock asked back.
-    let mut conn = db.pool.acquire().await.expect("a connection");
+    let database = db.database();
+    let mut conn = database.acquire().await.expect("a connection");
     let again = settle::settle_all(
-        Conn::from(&mut *conn),
+        conn.conn(),
         std::slice::from_ref(&reserved),
         PaymentWindow::OFF,
     )
@@ -190,24 +224,29 @@ async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge
     .expect("settles");
     assert_eq!(again.handled, [Handled::Applied]);
     assert_eq!(again.events.len(), 1, "a release request");
-    assert_eq!(status(&db.pool, order_id).await, "CANCELLED");
-    assert!(recorded(&db.pool, message_id(&reserved)).await);
+    assert_eq!(status(&db, order_id).await, "CANCELLED");
+    assert!(recorded(&db, message_id(&reserved)).await);
 }
 
-/// Returns once some session of this database waits for a row lock.
-async fn eventually_waiting_on_a_lock(pool: &PgPool) {
-    for _ in 0..500 {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
-              WHERE datname = current_database() AND wait_event_type = 'Lock')",
-        )
-        .fetch_one(pool)
-        .await
-        .expect("pg_stat_activity");
-        if waiting {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("no session ever waited for the row");
+/// Returns once the batch's write waits for the row the cancel holds. On PostgreSQL: some
+/// session of this database waits on a lock. On MySQL: the write's first statement, which
+/// locks the batch's orders, is running (the cancel holds the row, so running is waiting).
+/// It is told from the batch's read, which begins with the same words and locks nothing, by
+/// its `FOR UPDATE`. MySQL's own list of lock waits (`information_schema.innodb_trx`) is a
+/// cache refreshed only once it has gone unread for 0.1 s, so a poll this frequent would
+/// never see it change.
+async fn wait_for_the_write_to_wait(db: &BackendDatabase) {
+    eventually(Duration::from_secs(10), || async {
+        let waiting = db
+            .scalar::<i64>(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                "SELECT count(*) FROM information_schema.processlist \
+                 WHERE db = DATABASE() AND id <> CONNECTION_ID() \
+                   AND info LIKE 'SELECT o.order_id%FOR UPDATE%'",
+            )
+            .await;
+        (waiting > 0).then_some(())
+    })
+    .await;
 }

@@ -1,9 +1,18 @@
 //! docs/contract.md §4.2: the order and its `order.created` outbox row commit together, complete.
+//! On either backend.
+
+use std::time::Duration;
 
 use serde_json::Value;
+use testkit::{Backend, BackendDatabase, uuid_literal};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, order_body};
+use crate::helpers::{TestApp, eventually, order_body};
+
+testkit::on_each_backend!(
+    an_order_commits_with_a_complete_order_created_event,
+    sent_rows_and_processed_ids_past_their_retention_are_deleted_in_batches,
+);
 
 #[derive(Debug, sqlx::FromRow)]
 struct OutboxRow {
@@ -17,9 +26,30 @@ struct OutboxRow {
     due: bool,
 }
 
-#[tokio::test]
-async fn an_order_commits_with_a_complete_order_created_event() {
-    let app = TestApp::spawn().await;
+/// The one outbox row. MySQL's DATETIME columns hold UTC (the services' sessions run in
+/// UTC), so its row is due against the UTC clock.
+async fn the_outbox_row(database: &BackendDatabase) -> OutboxRow {
+    const COLUMNS: &str =
+        "SELECT event_id, exchange, routing_key, payload, headers, status, attempts";
+    let postgres = format!("{COLUMNS}, next_attempt_at <= now() AS due FROM outbox");
+    let mysql = format!("{COLUMNS}, next_attempt_at <= UTC_TIMESTAMP(6) AS due FROM outbox");
+    match database {
+        BackendDatabase::Postgres(db) => {
+            sqlx::query_as(sqlx::AssertSqlSafe(postgres))
+                .fetch_one(&db.pool)
+                .await
+        }
+        BackendDatabase::MySql(db) => {
+            sqlx::query_as(sqlx::AssertSqlSafe(mysql))
+                .fetch_one(&db.pool)
+                .await
+        }
+    }
+    .expect("one outbox row")
+}
+
+async fn an_order_commits_with_a_complete_order_created_event(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let order: Value = app
@@ -35,13 +65,7 @@ async fn an_order_commits_with_a_complete_order_created_event() {
         .await
         .expect("json");
 
-    let row: OutboxRow = sqlx::query_as(
-        "SELECT event_id, exchange, routing_key, payload, headers, status, attempts, \
-         next_attempt_at <= now() AS due FROM outbox",
-    )
-    .fetch_one(&app.db().pool)
-    .await
-    .expect("one outbox row");
+    let row = the_outbox_row(&app.database).await;
     assert_eq!(row.exchange, "orders.events");
     assert_eq!(row.routing_key, "order.created");
     assert_eq!(
@@ -63,35 +87,68 @@ async fn an_order_commits_with_a_complete_order_created_event() {
     );
 }
 
-#[tokio::test]
-async fn sent_rows_and_processed_ids_past_their_retention_are_deleted_in_batches() {
-    let app = TestApp::spawn_with(|c| {
-        c.messaging.retention.keep = std::time::Duration::from_secs(3600);
-        c.messaging.retention.sweep_every = std::time::Duration::from_millis(100);
+/// `hours` before now, as `backend`'s statements write a time (UTC on MySQL, whose DATETIME
+/// columns hold UTC).
+fn hours_ago(backend: Backend, hours: u32) -> String {
+    match backend {
+        Backend::Postgres => format!("now() - interval '{hours} hours'"),
+        Backend::MySql => format!("UTC_TIMESTAMP(6) - INTERVAL {hours} HOUR"),
+    }
+}
+
+/// The outbox's statuses, in order.
+async fn statuses(database: &BackendDatabase) -> Vec<String> {
+    let read = "SELECT status FROM outbox ORDER BY status";
+    match database {
+        BackendDatabase::Postgres(db) => sqlx::query_scalar(read).fetch_all(&db.pool).await,
+        BackendDatabase::MySql(db) => sqlx::query_scalar(read).fetch_all(&db.pool).await,
+    }
+    .expect("statuses")
+}
+
+async fn sent_rows_and_processed_ids_past_their_retention_are_deleted_in_batches(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |c| {
+        c.messaging.retention.keep = Duration::from_secs(3600);
+        c.messaging.retention.sweep_every = Duration::from_millis(100);
         c.messaging.retention.batch = 2;
     })
     .await;
-    sqlx::query(
+    let id = || uuid_literal(backend, &Uuid::new_v4().to_string());
+    let ago = |hours| hours_ago(backend, hours);
+    // Five rows sent two hours ago, one sent now, one dead; all created three hours ago.
+    let sent_at = [Some(2), Some(2), Some(2), Some(2), Some(2), Some(0), None];
+    let outbox: Vec<String> = sent_at
+        .iter()
+        .map(|sent_at| {
+            let (status, sent_at) = match sent_at {
+                Some(hours) => ("sent", ago(*hours)),
+                None => ("dead", "NULL".to_owned()),
+            };
+            format!(
+                "({}, 'orders.events', 'order.created', '{{}}', '{status}', {sent_at}, {})",
+                id(),
+                ago(3)
+            )
+        })
+        .collect();
+    let seed = format!(
         "INSERT INTO outbox (event_id, exchange, routing_key, payload, status, sent_at, created_at) \
-         SELECT gen_random_uuid(), 'orders.events', 'order.created', '{}', status, sent_at, now() - interval '3 hours' \
-         FROM (VALUES ('sent', now() - interval '2 hours'), ('sent', now() - interval '2 hours'), \
-                      ('sent', now() - interval '2 hours'), ('sent', now() - interval '2 hours'), \
-                      ('sent', now() - interval '2 hours'), ('sent', now()), \
-                      ('dead', NULL::timestamptz)) AS r(status, sent_at)",
-    )
-    .execute(&app.db().pool)
-    .await
-    .expect("seed outbox");
-    sqlx::query(
-        "INSERT INTO processed_messages (message_id, kind, processed_at) \
-         SELECT gen_random_uuid(), 'inventory.reserved', at \
-         FROM (VALUES (now() - interval '2 hours'), (now() - interval '2 hours'), \
-                      (now() - interval '2 hours'), (now())) AS r(at)",
-    )
-    .execute(&app.db().pool)
-    .await
-    .expect("seed processed messages");
-    crate::helpers::eventually(std::time::Duration::from_secs(10), || async {
+         VALUES {}",
+        outbox.join(", ")
+    );
+    app.database.execute(&seed, &seed).await;
+    // Three ids processed two hours ago, one now.
+    let processed: Vec<String> = [2, 2, 2, 0]
+        .iter()
+        .map(|hours| format!("({}, 'inventory.reserved', {})", id(), ago(*hours)))
+        .collect();
+    let seed = format!(
+        "INSERT INTO processed_messages (message_id, kind, processed_at) VALUES {}",
+        processed.join(", ")
+    );
+    app.database.execute(&seed, &seed).await;
+
+    eventually(Duration::from_secs(10), || async {
         let kept = (
             app.count("outbox").await,
             app.count("processed_messages").await,
@@ -99,13 +156,24 @@ async fn sent_rows_and_processed_ids_past_their_retention_are_deleted_in_batches
         (kept == (2, 1)).then_some(())
     })
     .await;
-    let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox ORDER BY status")
-        .fetch_all(&app.db().pool)
-        .await
-        .expect("statuses");
     assert_eq!(
-        statuses,
+        statuses(&app.database).await,
         ["dead", "sent"],
         "dead rows wait for an operator; recent sent rows stay"
+    );
+    let recent = |table: &str, column: &str| {
+        format!("SELECT count(*) FROM {table} WHERE {column} > {}", ago(1))
+    };
+    assert_eq!(
+        app.database.count(&recent("outbox", "sent_at")).await,
+        1,
+        "the row sent now is the one kept"
+    );
+    assert_eq!(
+        app.database
+            .count(&recent("processed_messages", "processed_at"))
+            .await,
+        1,
+        "the id processed now is the one kept"
     );
 }
