@@ -107,6 +107,18 @@ impl BackendDatabase {
     }
 }
 
+/// Runs `sql` on `conn`, in the dialect of its backend: a statement of a writer other than the
+/// code under test, typically inside a transaction the test holds open to stage a race.
+pub async fn execute_on(conn: platform::storage::Conn<'_>, sql: &str) {
+    use platform::storage::Conn;
+    let statement = sqlx::AssertSqlSafe(sql.to_owned());
+    match conn {
+        Conn::Postgres(conn) => sqlx::query(statement).execute(conn).await.map(drop),
+        Conn::MySql(conn) => sqlx::query(statement).execute(conn).await.map(drop),
+    }
+    .unwrap_or_else(|error| panic!("{sql}: {error}"));
+}
+
 /// A uuid as each backend's statements compare it: PostgreSQL's `uuid`, MySQL's `BINARY(16)`
 /// (the migrations' type for a uuid there).
 pub fn uuid_literal(backend: Backend, id: &str) -> String {

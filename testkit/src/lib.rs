@@ -29,7 +29,7 @@ pub mod tls;
 mod wait;
 
 pub use amqp_probe::{AmqpProbe, Received, event_envelope};
-pub use backend::{Backend, BackendDatabase, uuid_literal};
+pub use backend::{Backend, BackendDatabase, execute_on, uuid_literal};
 pub use chaos::ChaosProxy;
 pub use edge::{assert_busy, saturated_pool, status_of};
 pub use http::{

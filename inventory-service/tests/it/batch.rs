@@ -8,8 +8,8 @@ use inventory_service::reservations::consumer::OrderEvents;
 use inventory_service::stock::lock::{LockOptions, Locker};
 use platform::messaging::consumer::{Message, Outcome};
 use platform::messaging::outbox::OutboxSignal;
+use platform::storage::Tx;
 use platform::storage::redis::health::RedisHealth;
-use platform::storage::{Conn, Tx};
 use platform::telemetry::TraceContext;
 use serde_json::{Value, json};
 use shared::ids::ProductId;
@@ -315,17 +315,7 @@ async fn a_busy_product_leaves_its_orders_for_a_later_batch_without_stalling_the
 async fn hold_row(db: &BackendDatabase, product_id: i64) -> Tx {
     let mut tx = db.database().begin().await.expect("a transaction");
     let lock = format!("SELECT 1 FROM products WHERE product_id = {product_id} FOR UPDATE");
-    let locked = match tx.conn() {
-        Conn::Postgres(conn) => sqlx::query(sqlx::AssertSqlSafe(lock))
-            .execute(conn)
-            .await
-            .map(drop),
-        Conn::MySql(conn) => sqlx::query(sqlx::AssertSqlSafe(lock))
-            .execute(conn)
-            .await
-            .map(drop),
-    };
-    locked.expect("the row lock");
+    testkit::execute_on(tx.conn(), &lock).await;
     tx
 }
 

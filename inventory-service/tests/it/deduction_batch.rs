@@ -12,10 +12,10 @@ use inventory_service::deductions::request::{
     DeductionId, DeductionRequest, DeductionStatus, Items,
 };
 use inventory_service::stock::queries::StockRow;
-use platform::storage::{Conn, Tx};
+use platform::storage::Tx;
 use shared::events::RejectionReason;
 use shared::ids::ProductId;
-use testkit::{Backend, BackendDatabase, eventually};
+use testkit::{Backend, BackendDatabase, eventually, execute_on};
 
 use crate::helpers::database_with_products;
 
@@ -64,16 +64,6 @@ async fn assert_recorded(db: &BackendDatabase, rows: i64, commits: i64) {
             .expect("a count");
         assert_eq!(counted, commits, "transactions");
     }
-}
-
-/// Runs `sql` on `conn` (a transaction of another writer).
-async fn run(conn: Conn<'_>, sql: &str) {
-    let sql = sqlx::AssertSqlSafe(sql.to_owned());
-    match conn {
-        Conn::Postgres(conn) => sqlx::query(sql).execute(conn).await.map(drop),
-        Conn::MySql(conn) => sqlx::query(sql).execute(conn).await.map(drop),
-    }
-    .expect("the other writer's statement");
 }
 
 /// Another writer's transaction on `db`.
@@ -322,7 +312,7 @@ async fn a_product_that_moved_since_it_was_read_undoes_the_batch_for_a_retry() {
     // Another writer holds the product's row: the batch reads version 0, judges, and its
     // write waits; the other writer then commits version 1.
     let mut other = other_writer(&db).await;
-    run(
+    execute_on(
         other.conn(),
         "UPDATE products SET stock = stock + 1, version = version + 1",
     )
@@ -343,7 +333,7 @@ async fn a_product_that_moved_since_it_was_read_undoes_the_batch_for_a_retry() {
 async fn a_product_held_by_another_writer_is_waited_for_and_judged_as_it_committed() {
     let db = database(Backend::MySql, &[(PRODUCT, 5)]).await;
     let mut other = other_writer(&db).await;
-    run(
+    execute_on(
         other.conn(),
         "UPDATE products SET stock = 0, version = version + 1",
     )
@@ -383,7 +373,7 @@ async fn an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry
          response_body) VALUES ('x', '{x_fingerprint}', '[]', 'APPLIED', 200, \
          '{{\"deduction_id\":\"x\"}}')"
     );
-    run(other.conn(), &insert).await;
+    execute_on(other.conn(), &insert).await;
     let batch = vec![request("y", &[PRODUCT], &[1]), (x, x_fingerprint)];
     let retry = batch.clone();
     let call = apply_in_task(&db, batch);

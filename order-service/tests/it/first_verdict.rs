@@ -7,12 +7,11 @@ use std::time::Duration;
 use order_service::orders::payment::PaymentWindow;
 use order_service::orders::settle::{self, Effect, Incoming, MessageKey, SettleError, Verdict};
 use platform::messaging::consumer::Handled;
-use platform::storage::Conn;
 use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
 use shared::ids::OrderId;
 use shared::keys;
-use testkit::{Backend, BackendDatabase, eventually, uuid_literal};
+use testkit::{Backend, BackendDatabase, eventually, execute_on, uuid_literal};
 use uuid::Uuid;
 
 testkit::on_each_backend!(
@@ -163,16 +162,6 @@ async fn a_batch_settles_each_order_by_its_first_verdict_in_arrival_order(backen
     );
 }
 
-/// Runs `sql` on `conn` (the transaction of a writer other than the batch).
-async fn run(conn: Conn<'_>, sql: &str) {
-    let sql = sqlx::AssertSqlSafe(sql.to_owned());
-    match conn {
-        Conn::Postgres(conn) => sqlx::query(sql).execute(conn).await.map(drop),
-        Conn::MySql(conn) => sqlx::query(sql).execute(conn).await.map(drop),
-    }
-    .expect("the other writer's statement");
-}
-
 async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge_again(
     backend: Backend,
 ) {
@@ -188,7 +177,7 @@ async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge
         "UPDATE orders SET status = 'CANCELLED' WHERE order_id = {}",
         literal(&db, order_id.0)
     );
-    run(cancel.conn(), &update).await;
+    execute_on(cancel.conn(), &update).await;
     let reserved = verdict(order_id, Verdict::Reserved);
     let batch = [reserved.clone()];
     let database = db.database();
