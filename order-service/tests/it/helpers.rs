@@ -3,12 +3,13 @@
 use std::time::Duration;
 
 use order_service::config::Config;
+use platform::storage::Conn;
 use redis::aio::MultiplexedConnection;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{PgPool, Postgres};
 use testkit::{AmqpProbe, Backend, BackendDatabase, TestDatabase, TestVhost};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -313,28 +314,33 @@ pub fn random_uuid() -> String {
 }
 
 /// Writes a committed-looking order and outcome for `token` in `conn` (a transaction the test
-/// holds open, or commits at once): the stored first response is `{"order_id": …}`.
-pub async fn store_outcome(conn: &mut PgConnection, token: &str, body: &Value) -> String {
-    let order_id = Uuid::new_v4();
-    let first = json!({"order_id": order_id, "stored": true}).to_string();
-    sqlx::query(
+/// holds open, or commits at once), on either backend: the stored first response is
+/// `{"order_id": …}`.
+pub async fn store_outcome(mut conn: Conn<'_>, token: &str, body: &Value) -> String {
+    let backend = match conn {
+        Conn::Postgres(_) => Backend::Postgres,
+        Conn::MySql(_) => Backend::MySql,
+    };
+    let id = Uuid::new_v4();
+    let order_id = testkit::uuid_literal(backend, &id.to_string());
+    let first = json!({"order_id": id, "stored": true}).to_string();
+    // The body has no quote or backslash to escape: a JSON object of a uuid and a boolean.
+    let first_bytes = match backend {
+        Backend::Postgres => format!("'{first}'::bytea"),
+        Backend::MySql => format!("'{first}'"),
+    };
+    let order = format!(
         "INSERT INTO orders (order_id, user_id, items, amount) \
-         VALUES ($1, 1, '[{\"product_id\": 1, \"quantity\": 1}]', 1)",
-    )
-    .bind(order_id)
-    .execute(&mut *conn)
-    .await
-    .expect("an order");
-    sqlx::query(
-        "INSERT INTO idempotency_keys (token, fingerprint, order_id, response_status, response_body) \
-         VALUES ($1, $2, $3, 202, $4)",
-    )
-    .bind(Uuid::parse_str(token).expect("a uuid"))
-    .bind(order_service::tokens::fingerprint::of_json(body))
-    .bind(order_id)
-    .bind(first.as_bytes())
-    .execute(&mut *conn)
-    .await
-    .expect("an outcome");
+         VALUES ({order_id}, 1, '[{{\"product_id\": 1, \"quantity\": 1}}]', 1)"
+    );
+    testkit::execute_on(conn.reborrow(), &order).await;
+    let outcome = format!(
+        "INSERT INTO idempotency_keys \
+         (token, fingerprint, order_id, response_status, response_body) \
+         VALUES ({}, '{}', {order_id}, 202, {first_bytes})",
+        testkit::uuid_literal(backend, token),
+        order_service::tokens::fingerprint::of_json(body),
+    );
+    testkit::execute_on(conn, &outcome).await;
     first
 }

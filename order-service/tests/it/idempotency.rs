@@ -24,6 +24,7 @@ testkit::on_each_backend!(
     a_claim_that_outlived_its_committed_request_replays_the_outcome_from_the_database,
     an_issued_token_redis_forgot_before_its_use_is_accepted_once,
     tokens_redis_does_not_know_are_unknown_unless_signed_here_and_unexpired,
+    a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outcome_not_400,
 );
 
 async fn an_issued_token_creates_one_pending_order(backend: Backend) {
@@ -305,9 +306,10 @@ async fn signed_token(app: &TestApp, expires_at: chrono::DateTime<chrono::Utc>) 
         .to_string()
 }
 
-#[tokio::test]
-async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outcome_not_400() {
-    let app = TestApp::spawn().await;
+async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outcome_not_400(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     let token = app.issue_token().await;
     let body = order_body(1, 1001, 2);
     let fingerprint = order_service::tokens::fingerprint::of_json(&body);
@@ -320,8 +322,13 @@ async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outco
         ),
     )
     .await;
-    let mut a = app.db().pool.begin().await.expect("A's transaction");
-    let first_body = store_outcome(&mut a, &token, &body).await;
+    let mut a = app
+        .database
+        .database()
+        .begin()
+        .await
+        .expect("A's transaction");
+    let first_body = store_outcome(a.conn(), &token, &body).await;
 
     // Redis loses its keys; request B repeats A.
     app.forget_redis().await;
@@ -346,13 +353,10 @@ async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outco
     // B claims the token again and its insert waits on A's uncommitted key (unless B was
     // answered without reaching the database: then its answer is checked below).
     eventually(Duration::from_secs(10), || async {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&app.db().pool)
-        .await
-        .expect("pg_stat_activity");
+        let waiting = app
+            .database
+            .lock_waits("INSERT INTO idempotency_keys")
+            .await;
         (waiting > 0 || b.is_finished()).then_some(())
     })
     .await;

@@ -1,19 +1,27 @@
-//! Order intake in batches, observed on the real binary: its metrics are its own there, so a
-//! test can wait until exactly its requests are queued behind a commit that a transaction of
-//! the test holds up. Orders written by one commit share their `xmin`, which is how the tests
-//! count batches.
+//! Order intake in batches, observed on the real binary, on either backend: its metrics are
+//! its own there, so a test can wait until exactly its requests are queued behind a commit
+//! that a transaction of the test holds up. The intake's batch-size histogram counts the
+//! batches on both backends; on PostgreSQL, orders written by one commit also share their
+//! `xmin`, which tells which orders went together.
 
 use std::collections::{HashMap, HashSet};
 use std::process::Child;
 use std::time::Duration;
 
+use platform::storage::Tx;
 use reqwest::Response;
 use serde_json::Value;
-use sqlx::{Postgres, Transaction};
-use testkit::TestDatabase;
+use testkit::{Backend, BackendDatabase};
 use uuid::Uuid;
 
 use crate::helpers::{assert_problem, eventually, order_body, store_outcome};
+
+testkit::on_each_backend!(
+    #[tokio::test(flavor = "multi_thread")]
+    an_idle_service_writes_a_batch_of_one_at_once,
+    three_times_the_cap_of_queued_requests_go_in_three_full_batches_each_answered_its_own,
+    token_conflicts_inside_one_batch_are_settled_each_alone,
+);
 
 /// order-service as a process of its own, with its broker unreachable (outbox rows stay put).
 pub struct Binary {
@@ -23,8 +31,8 @@ pub struct Binary {
 }
 
 impl Binary {
-    pub async fn start(db: &TestDatabase, prefix: &str, port: u16, batch_max: usize) -> Self {
-        Self::start_on(&db.url, prefix, port, batch_max).await
+    pub async fn start(db: &BackendDatabase, prefix: &str, port: u16, batch_max: usize) -> Self {
+        Self::start_on(db.url(), prefix, port, batch_max).await
     }
 
     /// [`Binary::start`] on the database `url` names, PostgreSQL or MySQL.
@@ -92,38 +100,45 @@ impl Drop for Binary {
 /// Holds the intake up: a transaction of the test owns the outcome of a token, and a request
 /// with that token is sent. Its batch waits on the uncommitted key until the test commits;
 /// whatever arrives meanwhile queues for the batches after it.
-pub async fn hold_intake<'a>(
+pub async fn hold_intake(
     binary: &Binary,
-    db: &'a TestDatabase,
-) -> (Transaction<'a, Postgres>, tokio::task::JoinHandle<Response>) {
+    db: &BackendDatabase,
+) -> (Tx, tokio::task::JoinHandle<Response>) {
     let token = binary.issue_token().await;
     let body = order_body(1, 1, 1);
-    let mut blocker = db.pool.begin().await.expect("begin");
-    store_outcome(&mut blocker, &token, &body).await;
+    let mut blocker = db.database().begin().await.expect("begin");
+    store_outcome(blocker.conn(), &token, &body).await;
     let held = binary.post(&token, &body);
     eventually(Duration::from_secs(20), || async {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .expect("pg_stat_activity");
+        let waiting = db.lock_waits("INSERT INTO idempotency_keys").await;
         (waiting > 0).then_some(())
     })
     .await;
     (blocker, held)
 }
 
-/// The number of orders of each commit, among orders whose ids are `ids`.
-async fn commits_of(db: &TestDatabase, ids: &[Uuid]) -> Vec<i64> {
-    sqlx::query_scalar(
+/// The number of orders of each commit, among orders whose ids are `ids`, in ascending order;
+/// on PostgreSQL only (rows written together share `xmin`; MySQL shows a row's transaction to
+/// no statement), `None` on MySQL.
+async fn commits_of(db: &BackendDatabase, ids: &[Uuid]) -> Option<Vec<i64>> {
+    let BackendDatabase::Postgres(db) = db else {
+        return None;
+    };
+    let commits = sqlx::query_scalar(
         "SELECT count(*) FROM orders WHERE order_id = ANY($1) GROUP BY xmin::text ORDER BY 1",
     )
     .bind(ids)
     .fetch_all(&db.pool)
     .await
-    .expect("commits")
+    .expect("commits");
+    Some(commits)
+}
+
+/// The intake's batches so far and the requests they held, as its metrics count them.
+async fn batches(binary: &Binary) -> (f64, f64) {
+    let count = testkit::scrape_metric(&binary.base, "order_intake_batch_size_count").await;
+    let sum = testkit::scrape_metric(&binary.base, "order_intake_batch_size_sum").await;
+    (count, sum)
 }
 
 async fn order_id_of(response: Response) -> (Uuid, Value) {
@@ -133,9 +148,8 @@ async fn order_id_of(response: Response) -> (Uuid, Value) {
     (id, body)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_idle_service_writes_a_batch_of_one_at_once() {
-    let db = TestDatabase::create("orders_intake_one", &order_service::MIGRATOR).await;
+async fn an_idle_service_writes_a_batch_of_one_at_once(backend: Backend) {
+    let db = database(backend, "orders_intake_one").await;
     let binary = Binary::start(&db, &testkit::redis_prefix(), testkit::free_port(), 4).await;
     let token = binary.issue_token().await;
     let (order_id, _) = order_id_of(
@@ -145,16 +159,25 @@ async fn an_idle_service_writes_a_batch_of_one_at_once() {
             .expect("task"),
     )
     .await;
-    assert_eq!(commits_of(&db, &[order_id]).await, vec![1]);
-    let count = testkit::scrape_metric(&binary.base, "order_intake_batch_size_count").await;
-    let sum = testkit::scrape_metric(&binary.base, "order_intake_batch_size_sum").await;
-    assert_eq!((count, sum), (1.0, 1.0), "one commit, of one order");
+    assert_eq!(
+        batches(&binary).await,
+        (1.0, 1.0),
+        "one commit, of one order"
+    );
+    if let Some(commits) = commits_of(&db, &[order_id]).await {
+        assert_eq!(commits, vec![1]);
+    }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn three_times_the_cap_of_queued_requests_go_in_three_full_batches_each_answered_its_own() {
+async fn database(backend: Backend, prefix: &str) -> BackendDatabase {
+    BackendDatabase::create(backend, prefix, order_service::migrators()).await
+}
+
+async fn three_times_the_cap_of_queued_requests_go_in_three_full_batches_each_answered_its_own(
+    backend: Backend,
+) {
     const CAP: usize = 4;
-    let db = TestDatabase::create("orders_intake_cap", &order_service::MIGRATOR).await;
+    let db = database(backend, "orders_intake_cap").await;
     let binary = Binary::start(&db, &testkit::redis_prefix(), testkit::free_port(), CAP).await;
     let mut tokens = Vec::new();
     for _ in 0..3 * CAP {
@@ -183,42 +206,50 @@ async fn three_times_the_cap_of_queued_requests_go_in_three_full_batches_each_an
         ids.push(id);
     }
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3 * CAP);
-    assert_eq!(commits_of(&db, &ids).await, vec![CAP as i64; 3]);
-    let (orders, outcomes, events): (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM idempotency_keys), \
-                (SELECT count(*) FROM outbox)",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .expect("counts");
+    // The held request's batch of one, then three full ones.
+    let cap = CAP as f64;
+    assert_eq!(batches(&binary).await, (4.0, 1.0 + 3.0 * cap));
+    if let Some(commits) = commits_of(&db, &ids).await {
+        assert_eq!(commits, vec![CAP as i64; 3]);
+    }
+    let (orders, outcomes, events) = (
+        db.count("SELECT count(*) FROM orders").await,
+        db.count("SELECT count(*) FROM idempotency_keys").await,
+        db.count("SELECT count(*) FROM outbox").await,
+    );
     // The held request's token had the test's order: it added nothing.
     assert_eq!(
         (orders, outcomes, events),
         (3 * CAP as i64 + 1, 3 * CAP as i64 + 1, 3 * CAP as i64)
     );
-    let published: HashSet<Uuid> =
-        sqlx::query_scalar("SELECT (payload->'payload'->>'order_id')::uuid FROM outbox")
-            .fetch_all(&db.pool)
-            .await
-            .expect("outbox")
-            .into_iter()
-            .collect();
+    let published: Option<String> = db
+        .scalar(
+            "SELECT string_agg(payload->'payload'->>'order_id', ',') FROM outbox",
+            "SELECT GROUP_CONCAT(JSON_VALUE(payload, '$.payload.order_id')) FROM outbox",
+        )
+        .await;
+    let published: HashSet<Uuid> = published
+        .unwrap_or_default()
+        .split(',')
+        .map(|id| Uuid::parse_str(id).expect("an order id"))
+        .collect();
     assert_eq!(published, ids.into_iter().collect::<HashSet<_>>());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn token_conflicts_inside_one_batch_are_settled_each_alone() {
-    let db = TestDatabase::create("orders_intake_conflict", &order_service::MIGRATOR).await;
+async fn token_conflicts_inside_one_batch_are_settled_each_alone(backend: Backend) {
+    let db = database(backend, "orders_intake_conflict").await;
     let prefix = testkit::redis_prefix();
     let binary = Binary::start(&db, &prefix, testkit::free_port(), 64).await;
     let shared = binary.issue_token().await;
     let used = binary.issue_token().await;
     let fresh = binary.issue_token().await;
     // `used` was placed already, and Redis forgot it: its request is claimed again and only
-    // PostgreSQL's unique key can tell.
+    // the database's unique key can tell.
     let used_body = order_body(3, 1, 1);
-    let mut conn = db.pool.acquire().await.expect("conn");
-    let stored = store_outcome(&mut conn, &used, &used_body).await;
+    let database = db.database();
+    let mut conn = database.acquire().await.expect("conn");
+    let stored = store_outcome(conn.conn(), &used, &used_body).await;
+    drop(conn);
     forget(&prefix, &used).await;
 
     let (blocker, held) = hold_intake(&binary, &db).await;
@@ -256,16 +287,18 @@ async fn token_conflicts_inside_one_batch_are_settled_each_alone() {
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(replay.text().await.expect("body"), stored);
     let (fresh_order, _) = order_id_of(answer("fresh").await.expect("task")).await;
+    if let Some(commits) = commits_of(&db, &[first, fresh_order]).await {
+        assert_eq!(
+            commits,
+            vec![2],
+            "one commit wrote both, the skipped row failing nothing"
+        );
+    }
     assert_eq!(
-        commits_of(&db, &[first, fresh_order]).await,
-        vec![2],
-        "one commit wrote both, the skipped row failing nothing"
+        db.count("SELECT count(*) FROM orders").await,
+        4,
+        "the held one's, the used one's, first and fresh"
     );
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
-        .fetch_one(&db.pool)
-        .await
-        .expect("count");
-    assert_eq!(orders, 4, "the held one's, the used one's, first and fresh");
 
     // Once the batch is done, the same request is a replay of the first, another body a 422.
     let again = binary
