@@ -91,24 +91,27 @@ impl BackendDatabase {
         read.unwrap_or_else(|error| panic!("{sql}: {error}"))
     }
 
-    /// How many sessions of this database, other than the asking one, wait for a lock: on
-    /// PostgreSQL as `pg_stat_activity` says; on MySQL, those running a statement that begins
-    /// with `mysql_statement`, which a test stages so that running is waiting (the rows it
-    /// needs are held by a transaction the test keeps open). MySQL's own list of lock waits
+    /// How many sessions of this database, other than the asking one, wait for a lock while
+    /// running a statement that begins with `postgres` (PostgreSQL, as `pg_stat_activity`
+    /// says; `""` for any statement) or with `mysql` (MySQL: running it is what is counted,
+    /// which a test stages so that running is waiting, the rows it needs held by a
+    /// transaction the test keeps open). MySQL's own list of lock waits
     /// (`information_schema.innodb_trx`) is a cache refreshed only once it has gone unread for
     /// 0.1 s, so a test polling it more often than that would never see it change.
-    pub async fn lock_waits(&self, mysql_statement: &str) -> i64 {
+    pub async fn lock_waits(&self, postgres: &str, mysql: &str) -> i64 {
+        let like = |prefix: &str| format!("'{}%'", prefix.replace('\'', "''"));
+        let postgres = format!(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+               AND wait_event_type = 'Lock' AND query LIKE {}",
+            like(postgres)
+        );
         let mysql = format!(
             "SELECT count(*) FROM information_schema.processlist \
-             WHERE db = DATABASE() AND id <> CONNECTION_ID() AND info LIKE '{}%'",
-            mysql_statement.replace('\'', "''")
+             WHERE db = DATABASE() AND id <> CONNECTION_ID() AND info LIKE {}",
+            like(mysql)
         );
-        self.scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            &mysql,
-        )
-        .await
+        self.scalar(&postgres, &mysql).await
     }
 
     /// Runs `postgres` or `mysql`, a statement that changes rows; returns how many.

@@ -11,7 +11,8 @@
 //! a serialization failure. On MySQL, where the write is several statements, the attempt is
 //! one transaction and the read locks the products instead ([`queries::AttemptTx`]). When
 //! the attempt commits, the batch is durable (`synchronous_commit` stays on), and only then
-//! is anyone answered. A batch of replays only reads.
+//! is anyone answered. A batch of replays writes nothing (on MySQL its read still locks the
+//! products, until the attempt ends).
 //!
 //! The steady state of a hot product costs one round trip: a leader remembers the stock its
 //! last batch left ([`Remembered`]), and its next batch of the same products is judged against
@@ -131,6 +132,30 @@ pub async fn apply_on(
     {
         return Err(anyhow!("a deduction joined a batch for other products").into());
     }
+    let mut tx = queries::AttemptTx::begin(conn).await?;
+    match judge_and_record(&mut tx, products, entries, ends, remembered).await {
+        Ok(attempted) => {
+            tx.commit().await?;
+            Ok(attempted)
+        }
+        Err(error) => {
+            // Now, not when the connection is next used: a leader keeps its connection
+            // through its retry's pause, and the rows the attempt locked would stay locked
+            // for other instances until then.
+            tx.rollback().await;
+            Err(error)
+        }
+    }
+}
+
+/// The body of [`apply_on`], in `tx`: reads (or remembers), judges and records.
+async fn judge_and_record(
+    tx: &mut queries::AttemptTx<'_>,
+    products: &[ProductId],
+    entries: &[Entry<'_>],
+    ends: &[End<'_>],
+    remembered: Option<Remembered>,
+) -> Result<Attempted, DeductionError> {
     let ids_of = |kind: Kind| -> Vec<&str> {
         entries
             .iter()
@@ -138,7 +163,6 @@ pub async fn apply_on(
             .map(|e| e.request.id.as_str())
             .collect()
     };
-    let mut tx = queries::AttemptTx::begin(conn).await?;
     // Judged against the memory, the write checks every product still has its version.
     let mut read_now = false;
     let (read, judged_at) = match remembered {
@@ -154,7 +178,7 @@ pub async fn apply_on(
             let (sales, holds) = (ids_of(Kind::Sale), ids_of(Kind::Hold));
             read_now = true;
             (
-                queries::read(&mut tx, products, &sales, &holds).await?,
+                queries::read(tx, products, &sales, &holds).await?,
                 Vec::new(),
             )
         }
@@ -206,12 +230,11 @@ pub async fn apply_on(
         } else {
             stock.changes_including(products)
         };
-        let recorded = queries::record(&mut tx, &judged_at, &changes, &new).await?;
+        let recorded = queries::record(tx, &judged_at, &changes, &new).await?;
         attempted.left = left_after(products, attempted.left, &recorded.written);
         attempted.decided = recorded.decided;
         attempted.wrote = true;
     }
-    tx.commit().await?;
     attempted.verdicts = verdicts;
     Ok(attempted)
 }

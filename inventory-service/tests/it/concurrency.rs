@@ -231,7 +231,8 @@ async fn stampede_over(apps: &[&TestApp], product: i64, ids: &[String]) -> Vec<u
                 .post(app.url("/deductions"))
                 .json(&deduction_body(id, &[(product, 1)]));
             tokio::spawn(async move {
-                loop {
+                // Bounded: a service that answers `busy` for ever fails the test, not hangs it.
+                for _ in 0..200 {
                     let attempt = request.try_clone().expect("a JSON request clones");
                     let status = attempt.send().await.expect("POST /deductions").status();
                     if status != StatusCode::SERVICE_UNAVAILABLE {
@@ -239,6 +240,7 @@ async fn stampede_over(apps: &[&TestApp], product: i64, ids: &[String]) -> Vec<u
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
+                panic!("still busy after 200 tries");
             })
         })
         .collect();

@@ -318,7 +318,7 @@ async fn a_product_that_moved_since_it_was_read_undoes_the_batch_for_a_retry() {
     )
     .await;
     let call = apply_in_task(&db, vec![request("a", &[PRODUCT], &[1])]);
-    wait_for_a_lock_wait(&db, "(PostgreSQL only)").await;
+    wait_for_a_lock_wait(&db, "").await;
     other.commit().await.expect("the other writer commits");
 
     let error = call.await.expect("the call ends").expect_err("undone");
@@ -398,26 +398,12 @@ async fn an_id_recorded_meanwhile_by_another_writer_undoes_the_batch_for_a_retry
 }
 
 /// Waits until the batch waits for a lock another transaction holds: on PostgreSQL its write
-/// (`record`, whose text begins so; `pg_stat_activity` keeps only its first kilobyte) waiting
-/// on a lock; on MySQL its statement that begins with `mysql_statement` running (the other
-/// writer holds what it needs, so running is waiting). MySQL's own list of lock waits
-/// (`information_schema.innodb_trx`) is a cache refreshed only once it has gone unread for
-/// 0.1 s, so a poll this frequent would never see it change. Only this test's database
-/// counts: other tests run beside it.
+/// (`record`, whose text begins so; `pg_stat_activity` keeps only its first kilobyte), on
+/// MySQL its statement that begins with `mysql_statement`.
 async fn wait_for_a_lock_wait(db: &BackendDatabase, mysql_statement: &str) {
-    let mysql = format!(
-        "SELECT count(*) FROM information_schema.processlist \
-         WHERE db = DATABASE() AND id <> CONNECTION_ID() AND info LIKE '{}%'",
-        mysql_statement.replace('\'', "''")
-    );
     eventually(Duration::from_secs(30), || async {
         let waiting = db
-            .scalar::<i64>(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                   AND query LIKE 'WITH ordered AS MATERIALIZED%'",
-                &mysql,
-            )
+            .lock_waits("WITH ordered AS MATERIALIZED", mysql_statement)
             .await;
         (waiting == 1).then_some(())
     })

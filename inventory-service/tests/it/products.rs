@@ -10,6 +10,7 @@ testkit::on_each_backend!(
     creating_a_product_twice_is_a_409_product_exists_and_keeps_the_first,
     a_product_that_does_not_exist_is_a_404_problem,
     products_are_listed_in_ascending_id_a_page_at_a_time,
+    the_list_limit_defaults_to_20_is_capped_at_100_and_refuses_nonsense,
 );
 
 async fn a_created_product_is_answered_201_and_can_be_read_back(backend: Backend) {
@@ -91,13 +92,14 @@ async fn products_are_listed_in_ascending_id_a_page_at_a_time(backend: Backend) 
     assert_eq!(page(&app, "?after=5").await, (vec![], Value::Null));
 }
 
-#[tokio::test]
-async fn the_list_limit_defaults_to_20_is_capped_at_100_and_refuses_nonsense() {
-    let app = TestApp::spawn().await;
-    sqlx::query("INSERT INTO products (product_id, name, stock) SELECT n, 'p' || n, 1 FROM generate_series(1, 120) n")
-        .execute(app.db())
-        .await
-        .expect("seed products");
+async fn the_list_limit_defaults_to_20_is_capped_at_100_and_refuses_nonsense(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
+    let rows: Vec<String> = (1..=120).map(|n| format!("({n}, 'p{n}', 1)")).collect();
+    let seed = format!(
+        "INSERT INTO products (product_id, name, stock) VALUES {}",
+        rows.join(", ")
+    );
+    app.database.execute(&seed, &seed).await;
     assert_eq!(page(&app, "").await.0.len(), 20);
     assert_eq!(page(&app, "?limit=100").await.0.len(), 100);
     let (ids, next) = page(&app, "?limit=1000").await;

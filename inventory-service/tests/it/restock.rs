@@ -14,6 +14,11 @@ testkit::on_each_backend!(
     a_shipment_as_large_as_a_products_first_stock_is_one_restock,
 );
 
+testkit::on_each_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    concurrent_restocks_with_one_key_add_once,
+);
+
 async fn a_restock_adds_stock_and_bumps_the_version(backend: Backend) {
     let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 2).await;
@@ -101,9 +106,8 @@ async fn restock_input_out_of_range_is_a_422_and_changes_nothing(backend: Backen
     assert_eq!(app.stock(1).await, 4);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_restocks_with_one_key_add_once() {
-    let app = TestApp::spawn().await;
+async fn concurrent_restocks_with_one_key_add_once(backend: Backend) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 0).await;
     let mut tasks = Vec::new();
     for _ in 0..10 {

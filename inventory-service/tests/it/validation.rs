@@ -271,9 +271,16 @@ async fn control_characters_in_any_string_are_422_and_change_nothing(backend: Ba
         .await
         .expect("GET");
     assert_problem(response, 422, "validation-failed").await;
+    // A hold's id in the path: read, and ended.
+    assert_problem(app.read_hold("h%00").await, 422, "validation-failed").await;
+    for step in ["confirm", "cancel"] {
+        let response = app.end_hold("h%00", step).await;
+        assert_problem(response, 422, "validation-failed").await;
+    }
 
     assert_eq!(app.stock(1).await, 10);
     assert_eq!(app.deduction_rows().await, 0);
+    assert_eq!(app.database.count("SELECT count(*) FROM holds").await, 0);
     let missing = app.get("/products/2").await;
     assert_eq!(missing.status(), 404);
 }

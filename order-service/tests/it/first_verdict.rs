@@ -217,24 +217,12 @@ async fn an_order_cancelled_between_the_read_and_the_write_makes_the_batch_judge
     assert!(recorded(&db, message_id(&reserved)).await);
 }
 
-/// Returns once the batch's write waits for the row the cancel holds. On PostgreSQL: some
-/// session of this database waits on a lock. On MySQL: the write's first statement, which
-/// locks the batch's orders, is running (the cancel holds the row, so running is waiting).
-/// It is told from the batch's read, which begins with the same words and locks nothing, by
-/// its `FOR UPDATE`. MySQL's own list of lock waits (`information_schema.innodb_trx`) is a
-/// cache refreshed only once it has gone unread for 0.1 s, so a poll this frequent would
-/// never see it change.
+/// Returns once the batch's write waits for the row the cancel holds. On MySQL that is the
+/// write's first statement, which locks the batch's orders, running; it is told from the
+/// batch's read, which begins with the same words and locks nothing, by its `FOR UPDATE`.
 async fn wait_for_the_write_to_wait(db: &BackendDatabase) {
     eventually(Duration::from_secs(10), || async {
-        let waiting = db
-            .scalar::<i64>(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                "SELECT count(*) FROM information_schema.processlist \
-                 WHERE db = DATABASE() AND id <> CONNECTION_ID() \
-                   AND info LIKE 'SELECT o.order_id%FOR UPDATE%'",
-            )
-            .await;
+        let waiting = db.lock_waits("", "SELECT o.order_id%FOR UPDATE").await;
         (waiting > 0).then_some(())
     })
     .await;

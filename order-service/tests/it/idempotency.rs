@@ -355,7 +355,7 @@ async fn a_repeat_while_redis_forgot_an_uncommitted_first_request_gets_its_outco
     eventually(Duration::from_secs(10), || async {
         let waiting = app
             .database
-            .lock_waits("INSERT INTO idempotency_keys")
+            .lock_waits("", "INSERT INTO idempotency_keys")
             .await;
         (waiting > 0 || b.is_finished()).then_some(())
     })

@@ -110,7 +110,7 @@ pub async fn hold_intake(
     store_outcome(blocker.conn(), &token, &body).await;
     let held = binary.post(&token, &body);
     eventually(Duration::from_secs(20), || async {
-        let waiting = db.lock_waits("INSERT INTO idempotency_keys").await;
+        let waiting = db.lock_waits("", "INSERT INTO idempotency_keys").await;
         (waiting > 0).then_some(())
     })
     .await;
@@ -267,6 +267,8 @@ async fn token_conflicts_inside_one_batch_are_settled_each_alone(backend: Backen
     }
     blocker.commit().await.expect("let the intake go");
     held.await.expect("task");
+    // The held request's batch of one, then the five queued behind it in one.
+    assert_eq!(batches(&binary).await, (2.0, 6.0));
 
     let mut answer = |name| sent.remove(name).expect("sent");
     let (first, _) = order_id_of(answer("first").await.expect("task")).await;

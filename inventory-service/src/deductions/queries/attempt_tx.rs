@@ -36,11 +36,23 @@ impl<'c> AttemptTx<'c> {
     }
 
     /// Ends the attempt, committing what it wrote (on PostgreSQL [`super::record`] committed it
-    /// already). Dropped instead, the attempt is undone, its locks released.
+    /// already).
     pub async fn commit(self) -> sqlx::Result<()> {
         match self {
             Self::Postgres(_) => Ok(()),
             Self::MySql(tx) => tx.commit().await,
+        }
+    }
+
+    /// Ends a failed attempt, undoing what it wrote and releasing its locks now. (Dropped,
+    /// a transaction is rolled back only when its connection is next used.) A rollback that
+    /// fails leaves a broken connection, which fails its next statement and is replaced: the
+    /// attempt's own error is what the caller reports.
+    pub async fn rollback(self) {
+        if let Self::MySql(tx) = self
+            && let Err(error) = tx.rollback().await
+        {
+            tracing::debug!(%error, "rolling back a failed attempt");
         }
     }
 }

@@ -6,12 +6,20 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use testkit::Backend;
 use tokio::task::JoinHandle;
 
 use super::assert_stock_adds_up;
 use crate::helpers::{TestApp, assert_problem, eventually, patient};
 
 const WAIT: Duration = Duration::from_secs(30);
+
+testkit::on_each_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    confirms_and_cancels_of_holds_taken_here_commit_with_the_next_batch_of_their_products,
+    an_end_its_batch_cannot_decide_is_decided_and_worded_the_general_way,
+    a_cancel_in_a_batch_past_the_deadline_expires_the_hold_and_gives_its_units_back_once,
+);
 
 /// `POST /holds/{id}/{step}` in a task: status and body.
 fn end_in_task(app: &TestApp, hold_id: &str, step: &str) -> JoinHandle<(u16, Value)> {
@@ -34,9 +42,10 @@ fn hold_in_task(app: &TestApp, hold_id: &str, items: &[(i64, i64)]) -> JoinHandl
     tokio::spawn(async move { request.send().await.expect("a try").status().as_u16() })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn confirms_and_cancels_of_holds_taken_here_commit_with_the_next_batch_of_their_products() {
-    let app = TestApp::spawn_with(patient).await;
+async fn confirms_and_cancels_of_holds_taken_here_commit_with_the_next_batch_of_their_products(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, patient).await;
     app.create_product(1, 1_000).await;
     for i in 0..30 {
         assert_eq!(
@@ -114,11 +123,10 @@ async fn confirms_and_cancels_of_holds_taken_here_commit_with_the_next_batch_of_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_end_its_batch_cannot_decide_is_decided_and_worded_the_general_way() {
-    let a = TestApp::spawn().await;
+async fn an_end_its_batch_cannot_decide_is_decided_and_worded_the_general_way(backend: Backend) {
+    let a = TestApp::spawn_on(backend, |_| {}).await;
     let url = a.config.database_urls[0].clone();
-    let b = TestApp::spawn_with(move |c| c.database_urls = vec![url]).await;
+    let b = TestApp::spawn_on(backend, move |c| c.database_urls = vec![url]).await;
     a.create_product(1, 100).await;
     for id in ["due", "sold-elsewhere", "taken-elsewhere"] {
         let app = if id == "taken-elsewhere" { &b } else { &a };
@@ -161,9 +169,10 @@ async fn an_end_its_batch_cannot_decide_is_decided_and_worded_the_general_way() 
     assert_stock_adds_up(&a, 1, 100).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cancel_in_a_batch_past_the_deadline_expires_the_hold_and_gives_its_units_back_once() {
-    let app = TestApp::spawn().await;
+async fn a_cancel_in_a_batch_past_the_deadline_expires_the_hold_and_gives_its_units_back_once(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_on(backend, |_| {}).await;
     app.create_product(1, 10).await;
     assert_eq!(app.hold("late", &[(1, 4)], Some(600)).await.status(), 201);
     app.make_due("late").await;

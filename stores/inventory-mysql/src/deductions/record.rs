@@ -102,8 +102,10 @@ pub async fn record(
     changes: &[Change],
     new: &Outcomes<'_>,
 ) -> sqlx::Result<Recorded> {
-    // One clock reading for the ends, taken before any lock is waited for, as PostgreSQL's
-    // `now()` is the statement's start: a deadline that passes during a wait does not count.
+    // One clock reading for the ends, taken before any lock this function waits for, as
+    // PostgreSQL's `now()` is its statement's start: a deadline that passes during those
+    // waits does not count. (A batch that read first may have waited for its products in
+    // `read`, at most the session's lock wait: a deadline passing then does count.)
     let ending = !new.confirms.is_empty() || !new.cancels.is_empty();
     let clock = if ending {
         Some(holds::clock(conn).await?)

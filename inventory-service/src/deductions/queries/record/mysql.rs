@@ -13,8 +13,8 @@ use crate::holds::queries::HoldRow;
 use crate::stock::queries::{Change, StockRow};
 
 /// [`super::record`] on MySQL: the same rows and guards, a guard that fell short the same
-/// serialization failure (40001), after which the caller drops the attempt's transaction
-/// (`conn` is inside it), undoing the statements before.
+/// serialization failure (40001), after which the caller rolls the attempt's transaction
+/// back (`conn` is inside it), undoing the statements before.
 pub(super) async fn record(
     conn: &mut MySqlConnection,
     judged: &[(ProductId, StockRow)],
