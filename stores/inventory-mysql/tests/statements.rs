@@ -1626,3 +1626,54 @@ async fn a_product_named_twice_in_a_hold_keeps_its_first_units_row() {
     );
     assert_eq!(count(&db.pool, "holds").await, 1);
 }
+
+/// Whether another session can lock `sql`'s rows without waiting (`NOWAIT`).
+async fn lockable(pool: &MySqlPool, sql: &str) -> bool {
+    let mut tx = pool.begin().await.expect("tx");
+    let locked = sqlx::query(sqlx::AssertSqlSafe(format!("{sql} FOR UPDATE NOWAIT")))
+        .execute(&mut *tx)
+        .await;
+    locked.is_ok()
+}
+
+#[tokio::test]
+async fn the_read_locks_the_batch_s_products_and_nothing_else_until_its_transaction_ends() {
+    let db = database().await;
+    add_product(&db.pool, 1, 5).await;
+    add_product(&db.pool, 2, 5).await;
+    sqlx::query(
+        "INSERT INTO deductions (deduction_id, fingerprint, items, status, response_status, \
+         response_body) VALUES ('sale-1', 'f', '[]', 'APPLIED', 200, '')",
+    )
+    .execute(&db.pool)
+    .await
+    .expect("a stored deduction");
+
+    let mut tx = db.pool.begin().await.expect("tx");
+    let read = deductions::read(&mut tx, &[1], &["sale-1"], &[])
+        .await
+        .expect("read");
+    assert_eq!((read.stock.len(), read.stored.len()), (1, 1));
+    let product = "SELECT product_id FROM products WHERE product_id";
+    assert!(
+        !lockable(&db.pool, &format!("{product} = 1")).await,
+        "the batch's product"
+    );
+    assert!(
+        lockable(&db.pool, &format!("{product} = 2")).await,
+        "another product"
+    );
+    assert!(
+        lockable(
+            &db.pool,
+            "SELECT deduction_id FROM deductions WHERE deduction_id = 'sale-1'"
+        )
+        .await,
+        "a stored id it read: a replay locks nothing of it"
+    );
+    tx.rollback().await.expect("rollback");
+    assert!(
+        lockable(&db.pool, &format!("{product} = 1")).await,
+        "released with the transaction"
+    );
+}

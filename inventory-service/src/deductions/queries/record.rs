@@ -83,7 +83,7 @@ pub struct Recorded {
 /// An end that changed nothing is no failure; it is absent from [`Recorded::decided`].
 ///
 /// On MySQL, the same rows and guards in several statements, in `tx`, which the caller
-/// commits, or drops after a failure.
+/// commits, or rolls back after a failure.
 pub async fn record(
     tx: &mut AttemptTx<'_>,
     judged: &[(ProductId, StockRow)],
