@@ -22,7 +22,6 @@
 //! split brain: an old primary that comes back writable never takes the pool back from the
 //! replica promoted in its place.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -93,9 +92,6 @@ pub struct Writer {
     /// service's may not exist yet.
     ask_on: Vec<MySqlConnectOptions>,
     retired_at: Mutex<Option<Instant>>,
-    /// Bumped with every retirement: a connection asked before one may talk to the server
-    /// that was retired.
-    generation: AtomicU64,
     recheck: Notify,
 }
 
@@ -122,7 +118,6 @@ impl Writer {
             servers,
             ask_on,
             retired_at: Mutex::new(None),
-            generation: AtomicU64::new(0),
             recheck: Notify::new(),
         };
         let found = writer.ask_all(None).await;
@@ -189,8 +184,8 @@ impl Writer {
     /// writes and no retirement happened while it was being set up (it may have been opened
     /// to the server just left). Otherwise the watcher looks again.
     pub async fn admit(&self, conn: &mut MySqlConnection) -> sqlx::Result<()> {
-        let generation = self.generation.load(Ordering::Acquire);
-        if takes_writes(conn).await? && self.generation.load(Ordering::Acquire) == generation {
+        let asked_at = Instant::now();
+        if takes_writes(conn).await? && !self.retired_since(asked_at) {
             return Ok(());
         }
         self.recheck.notify_one();
@@ -209,10 +204,17 @@ impl Writer {
         }
     }
 
+    /// Whether a retirement happened at or after `instant`.
+    fn retired_since(&self, instant: Instant) -> bool {
+        self.retired_at
+            .lock()
+            .expect("not poisoned")
+            .is_some_and(|at| at >= instant)
+    }
+
     /// From now on, the connections opened so far are closed instead of handed out.
     fn retire_connections(&self) {
         *self.retired_at.lock().expect("not poisoned") = Some(Instant::now());
-        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Asks the chosen server every [`CHECK_EVERY`] (or at once when a new connection was
