@@ -8,7 +8,7 @@ use shared::Problem;
 use shared::ids::ProductId;
 
 use crate::deductions::DeductionError;
-use crate::holds::end::HoldError;
+use crate::holds::error::HoldError;
 use crate::input::Invalid;
 
 #[derive(Debug, thiserror::Error)]

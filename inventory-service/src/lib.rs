@@ -82,7 +82,8 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         broker,
         readiness,
     } = Backing::connect(config.backing(), migrators()).await?;
-    let locker = lock::Locker::new(
+    // The one place the stock lock's implementation is chosen.
+    let locker = lock::Locker::new(lock::RedisLock::new(
         redis.clone(),
         RedisKeys::new(config.redis_key_prefix.clone()),
         lock::LockOptions {
@@ -91,7 +92,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
             renew: true,
         },
         redis_health.clone(),
-    );
+    ));
     let deductions = deductions::Deductions::new(db.clone(), locker.clone());
     let hold_ends = holds::batched::Ends::spawn(&db);
     Ok(AppState {

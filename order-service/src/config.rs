@@ -2,6 +2,8 @@
 //! local default; a malformed or out-of-range value stops the start with an error naming the
 //! variable.
 
+pub mod url;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -13,6 +15,7 @@ use platform::startup::BackingSettings;
 use platform::storage::redis::Sentinels;
 use platform::storage::tls::ClientTls;
 
+use self::url::http_url;
 use crate::identity::IdentityConfig;
 use crate::orders::payment::PaymentWindow;
 use crate::tokens::signed::TokenSecret;
@@ -181,17 +184,5 @@ impl Config {
             amqp_urls: &self.amqp_urls,
             tls: &self.tls,
         }
-    }
-}
-
-/// An http(s) URL with a host, checked at start: one that cannot be fetched would fail every
-/// call made with it for as long as the service runs.
-pub fn http_url(name: &str, raw: &str) -> anyhow::Result<String> {
-    match reqwest::Url::parse(raw.trim()) {
-        // As given (trimmed): the parsed form would end a bare host with `/`.
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
-            Ok(raw.trim().to_owned())
-        }
-        _ => anyhow::bail!("environment variable {name}={raw:?} is not an http(s) URL"),
     }
 }

@@ -37,6 +37,12 @@ pub struct AppState {
     pub config: Arc<Config>,
 }
 
+impl FromRef<AppState> for Identity {
+    fn from_ref(state: &AppState) -> Self {
+        state.identity.clone()
+    }
+}
+
 impl FromRef<AppState> for AdminToken {
     fn from_ref(state: &AppState) -> Self {
         state.admin_token.clone()

@@ -198,3 +198,58 @@ async fn the_pool_follows_the_replica_promoted_when_the_primary_dies() {
         .all_writes_land_on_the_replica(10, Duration::ZERO)
         .await;
 }
+
+/// A connection the pool began opening to the primary before the switch can reach it after,
+/// when that server takes writes again (an old primary brought back writable): asking it
+/// whether it takes writes, and when, is not enough. Its identity refuses it.
+#[tokio::test]
+async fn a_session_that_reaches_the_server_just_left_is_refused_even_when_it_takes_writes() {
+    use std::sync::Arc;
+
+    use platform::storage::mysql::writer::Writer;
+    use sqlx::ConnectOptions;
+    use sqlx::mysql::MySqlPoolOptions;
+
+    let (primary, replica) = two_servers();
+    replica.sql("SET GLOBAL read_only = 1");
+    let urls = [primary.url("mysql"), replica.url("mysql")];
+    let (writer, found) = Writer::find(&urls).await.expect("readable URLs");
+    let found = found.expect("the primary takes writes");
+    assert_eq!(found.index, 0);
+    let writer = Arc::new(writer);
+    let pool = MySqlPoolOptions::new().connect_lazy_with(writer.server(0).clone());
+    tokio::spawn(Arc::clone(&writer).watch(pool.clone(), found));
+
+    // The switchover, as the watcher sees it.
+    primary.sql("SET GLOBAL read_only = 1");
+    replica.sql("SET GLOBAL read_only = 0");
+    eventually(NOTICED_WITHIN, || {
+        let port = pool.connect_options().get_port();
+        async move { (port == replica.port).then_some(()) }
+    })
+    .await;
+
+    // The old primary writable again, and a session that reached it late.
+    primary.sql("SET GLOBAL read_only = 0");
+    let mut late = writer.server(0).connect().await.expect("a session");
+    let refused = writer
+        .admit(&mut late)
+        .await
+        .expect_err("a session on the server the pool left is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("not the server the pool writes to"),
+        "{refused}"
+    );
+    let mut current = writer.server(1).connect().await.expect("a session");
+    writer
+        .admit(&mut current)
+        .await
+        .expect("a session on the chosen server is admitted");
+    assert_eq!(
+        pool.connect_options().get_port(),
+        replica.port,
+        "the pool stays on the promoted replica"
+    );
+}

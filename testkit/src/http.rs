@@ -2,11 +2,9 @@
 //! credentials an admin route must refuse, problem+json answers, JSON bodies read while
 //! polling, a process waited for until it answers.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
-use crate::{NO_BROKER, eventually, expect_refused_start, free_port, service_command_on};
+use crate::{NO_BROKER, expect_refused_start, free_port, service_command_on};
 
 /// The value of the metric line of `base`'s `/metrics` that starts with `series` (name and
 /// labels), 0 when absent or when the service does not answer.
@@ -182,14 +180,4 @@ pub async fn fetch_json(request: reqwest::RequestBuilder, what: &str) -> Value {
         .json()
         .await
         .unwrap_or_else(|e| panic!("{what} as JSON: {e}"))
-}
-
-/// Waits up to 30 s until `GET url` answers 200 (a process starting up: `/healthz`, `/readyz`).
-pub async fn wait_until_ok(url: &str) {
-    let client = reqwest::Client::new();
-    eventually(Duration::from_secs(30), || async {
-        let response = client.get(url).send().await.ok()?;
-        (response.status() == 200).then_some(())
-    })
-    .await;
 }

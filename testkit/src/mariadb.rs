@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::free_port;
-use crate::tls::{TempDir, run};
+use crate::scratch::{TempDir, run};
 
 /// Settings for both the bootstrap and the server: InnoDB's redo log and buffer pool sized for
 /// a test (the defaults are 96 and 128 MiB), no fsync (the data dies with the test, as
@@ -39,6 +39,12 @@ impl MariaDbNode {
     /// unix-socket authentication), and the server started on it with `args` added (such as
     /// `--read-only`); returns once the server accepts connections.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_with(args, &[])
+    }
+
+    /// [`MariaDbNode::start`] with `env` added to the server's environment (the bootstrap's
+    /// is left alone).
+    pub fn start_with(args: &[&str], env: &[(&str, String)]) -> Self {
         let dir = TempDir::new("test-mariadb");
         let data = dir.0.join("data");
         run(Command::new("mariadb-install-db")
@@ -70,6 +76,7 @@ impl MariaDbNode {
             .args(as_root())
             .args(SMALL_AND_UNSYNCED)
             .args(args)
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::free_port;
-use crate::tls::{TempDir, run};
+use crate::scratch::{TempDir, run};
 
 /// A data directory with a port of its own; not running until [`PostgresNode::start`].
 #[derive(Debug)]
@@ -82,8 +82,15 @@ impl PostgresNode {
 
     /// Starts the server and waits until it accepts connections.
     pub fn start(&self) {
-        run(self
-            .pg_ctl()
+        self.start_with(&[]);
+    }
+
+    /// [`PostgresNode::start`] with `env` added to the server's environment.
+    pub fn start_with(&self, env: &[(&str, String)]) {
+        let mut pg_ctl = self.pg_ctl();
+        // `runuser` keeps the caller's environment, so the server inherits these.
+        pg_ctl.envs(env.iter().map(|(name, value)| (name, value)));
+        run(pg_ctl
             .args(["-l".as_ref(), self.data.join("server.log").as_os_str()])
             .args(["-w", "start"]));
     }

@@ -7,33 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use crate::postgres::{PostgresNode, chown_to_postgres};
-
-/// A directory removed with this guard.
-#[derive(Debug)]
-pub(crate) struct TempDir(pub(crate) PathBuf);
-
-impl TempDir {
-    pub(crate) fn new(prefix: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&path).expect("a temporary directory");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub(crate) fn run(command: &mut Command) {
-    let output = command.output().expect("the command starts");
-    assert!(
-        output.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
+use crate::scratch::{TempDir, run};
 
 /// A CA of a test's own and a server certificate it signed for `127.0.0.1`.
 #[derive(Debug)]

@@ -19,3 +19,13 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// Waits up to 30 s until `GET url` answers 200 (a process starting up: `/healthz`, `/readyz`).
+pub async fn wait_until_ok(url: &str) {
+    let client = reqwest::Client::new();
+    eventually(std::time::Duration::from_secs(30), || async {
+        let response = client.get(url).send().await.ok()?;
+        (response.status() == 200).then_some(())
+    })
+    .await;
+}

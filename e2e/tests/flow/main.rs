@@ -5,6 +5,7 @@ mod flash_sale;
 mod helpers;
 mod identity;
 mod inventory_process;
+mod layout;
 mod lost_cancellation;
 mod otlp;
 mod outages;

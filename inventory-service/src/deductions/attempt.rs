@@ -31,12 +31,13 @@ use shared::ids::ProductId;
 
 use super::error::DeductionError;
 use super::judge::{self, Candidate, Judged};
-use super::queries::{self, NewDeduction, NewHold, Outcomes, StoredDeduction};
+use super::queries::{self, NewDeduction, NewHold, Outcomes};
 use super::request::{DeductionRequest, DeductionStatus, Kind, Take};
 use super::response;
-use crate::holds::batched::Step;
+use super::verdict::Verdict;
 use crate::holds::held_here::Placed;
 use crate::holds::queries::HoldRow;
+use crate::holds::step::Step;
 use crate::stock::engine::Ledger;
 use crate::stock::queries::StockRow;
 
@@ -45,21 +46,6 @@ use crate::stock::queries::StockRow;
 pub struct Entry<'a> {
     pub request: &'a DeductionRequest,
     pub fingerprint: &'a str,
-}
-
-/// What one request of a batch got.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The first request with its id: its outcome was recorded now, and is answered.
-    First(StoredDeduction),
-    /// Repeats, with the same items, an id first used earlier in the same batch.
-    Same(StoredDeduction),
-    /// Its id was recorded before this batch, with the same items.
-    Stored(StoredDeduction),
-    /// Its id was used before (stored, or earlier in this batch) with other items.
-    Reused,
-    /// A hold's try that came after its cancel (a tombstone).
-    Cancelled,
 }
 
 /// The stock of a batch's products as the previous batch of the same leader left them, with
@@ -193,8 +179,14 @@ async fn judge_and_record(
             items: e.request.items.as_slice(),
         })
         .collect();
-    // One clock reading stamps every hold of the batch: the moment it is judged.
-    let now = Utc::now().trunc_subsecs(6);
+    // One reading of the database's clock, the one that judges deadlines, stamps every hold
+    // of the batch: the moment it is judged. A batch of deductions alone needs none.
+    let now = if entries.iter().any(|e| e.request.take.kind() == Kind::Hold) {
+        queries::clock(tx).await?
+    } else {
+        Utc::now()
+    }
+    .trunc_subsecs(6);
     let mut verdicts: Vec<Verdict> = Vec::with_capacity(entries.len());
     for (judged, entry) in judge::judge(&candidates, &read.stored, &mut stock)
         .into_iter()

@@ -21,9 +21,9 @@ use shared::ids::ProductId;
 
 use super::attempt::{self, Attempted, End, Entry, Remembered};
 use super::error::DeductionError;
-use super::queue::{Counters, EndWaiter, Waiter};
 use super::response::{self, Answer};
 use super::retry::{AttemptError, Retry};
+use super::waiting::{Counters, EndWaiter, Waiter};
 use crate::holds::held_here::Placed;
 use crate::holds::queries::HoldRow;
 use crate::metrics;

@@ -23,6 +23,8 @@ pub mod request;
 mod response;
 mod retry;
 pub mod routes;
+pub mod verdict;
+mod waiting;
 
 use serde::Serialize;
 use shared::events::LineItem;

@@ -12,7 +12,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::anyhow;
@@ -21,34 +21,18 @@ use platform::storage::{Database, Session};
 use shared::ids::ProductId;
 use tokio::sync::oneshot;
 
-use super::attempt::Attempted;
 use super::batch;
 use super::error::DeductionError;
 use super::request::DeductionRequest;
-use crate::holds::batched::Step;
+use super::waiting::{Counters, EndWaiter, Waiter};
 use crate::holds::held_here::HeldHere;
 use crate::holds::queries::HoldRow;
+use crate::holds::step::Step;
 use crate::replay::StoredResponse;
 use crate::stock::lock::Locker;
 
 /// The most requests one batch applies; the rest wait for the next commit.
 pub const MAX_BATCH: usize = 128;
-
-/// A queued request and where its answer goes.
-pub(super) struct Waiter {
-    pub request: DeductionRequest,
-    /// Of the items, worked out before queueing so the leader does not hash for everyone.
-    pub fingerprint: String,
-    pub reply: oneshot::Sender<Result<StoredResponse, DeductionError>>,
-}
-
-/// A queued confirm or cancel of a hold on the queue's products, and where the hold goes as
-/// the batch left it (`None`: the batch did not decide it).
-pub(super) struct EndWaiter {
-    pub step: Step,
-    pub hold_id: String,
-    pub reply: oneshot::Sender<Option<HoldRow>>,
-}
 
 /// What waits in a queue: requests that take stock, and ends of holds on the same products.
 enum Queued {
@@ -79,25 +63,6 @@ pub struct BatchStats {
     pub ends: u64,
     /// Requests queued and not yet taken into a batch.
     pub waiting: usize,
-}
-
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    batches: AtomicU64,
-    commits: AtomicU64,
-    reads: AtomicU64,
-    ends: AtomicU64,
-}
-
-impl Counters {
-    pub(super) fn count(&self, attempted: &Attempted) {
-        self.commits
-            .fetch_add(u64::from(attempted.wrote), Ordering::Relaxed);
-        self.reads
-            .fetch_add(u64::from(attempted.read), Ordering::Relaxed);
-        self.ends
-            .fetch_add(attempted.decided.len() as u64, Ordering::Relaxed);
-    }
 }
 
 /// Applies `POST /deductions` in batches. Cheap to clone; one per process.

@@ -10,10 +10,10 @@ use shared::ids::ProductId;
 
 use super::{AppliedStatus, DeductionApplied};
 
-use super::attempt::Verdict;
 use super::error::DeductionError;
 use super::queries::StoredDeduction;
 use super::request::{DeductionRequest, DeductionStatus, Kind, Take};
+use super::verdict::Verdict;
 use crate::holds::view::{Hold, HoldState};
 use crate::metrics;
 use crate::replay::StoredResponse;

@@ -19,8 +19,9 @@ use std::time::Duration;
 use platform::storage::Database;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::end::HoldError;
+use super::error::HoldError;
 use super::queries::{self, HoldRow};
+use super::step::Step;
 
 /// The most confirms (or cancels) one statement decides.
 pub const MAX_BATCH: usize = 128;
@@ -28,13 +29,6 @@ pub const MAX_BATCH: usize = 128;
 const WORKERS: usize = 2;
 /// Attempts of a batch that lost a race (a deadlock, a lock wait past `lock_timeout`).
 const ATTEMPTS: u32 = 5;
-
-/// Which end a hold is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    Confirm,
-    Cancel,
-}
 
 type Reply = oneshot::Sender<Result<Option<HoldRow>, HoldError>>;
 

@@ -16,8 +16,10 @@
 
 pub mod batched;
 pub mod end;
+pub mod error;
 pub mod expiry;
 pub mod held_here;
 pub mod queries;
 pub mod routes;
+pub mod step;
 pub mod view;

@@ -20,47 +20,14 @@ use std::collections::{HashMap, HashSet};
 use platform::messaging::consumer::Handled;
 use platform::messaging::outbox::NewOutboxRow;
 use platform::storage::Conn;
-use platform::telemetry::TraceContext;
-use shared::events::{OrderCancelled, OrderCreated};
 use shared::ids::{OrderId, ProductId};
-use shared::keys;
 use uuid::Uuid;
 
 use super::judge::{self, Judged, Known};
 use super::queries::{self, BatchWrite, NewReservation, ReservationState};
+use super::work::{Event, Work};
 use crate::stock::engine::Ledger;
 use crate::stock::queries::StockRow;
-
-/// An order event of the batch.
-#[derive(Debug, Clone)]
-pub enum Event {
-    Created(OrderCreated),
-    Cancelled(OrderCancelled),
-}
-
-impl Event {
-    pub fn order_id(&self) -> OrderId {
-        match self {
-            Self::Created(e) => e.order_id,
-            Self::Cancelled(e) => e.order_id,
-        }
-    }
-
-    pub(super) fn kind(&self) -> &'static str {
-        match self {
-            Self::Created(_) => keys::ORDER_CREATED,
-            Self::Cancelled(_) => keys::ORDER_CANCELLED,
-        }
-    }
-}
-
-/// One message of the batch, parsed.
-#[derive(Debug, Clone)]
-pub struct Work {
-    pub message_id: Uuid,
-    pub event: Event,
-    pub trace: TraceContext,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {

@@ -25,7 +25,8 @@ use platform::storage::{Database, Session};
 use shared::events::{Envelope, LineItem, OrderEvent};
 use shared::ids::ProductId;
 
-use super::apply::{self, BatchError, Event, Work};
+use super::apply::{self, BatchError};
+use super::work::{Event, Work};
 use crate::stock::lock::{Locker, Locks};
 
 #[derive(Debug, Clone)]

@@ -16,8 +16,8 @@ use shared::ids::OrderId;
 use shared::keys;
 use uuid::Uuid;
 
-use super::apply::{Event, Work};
 use super::queries::{Reservation, ReservationState};
+use super::work::{Event, Work};
 use crate::stock::engine::Ledger;
 
 /// A reservation as the batch sees it so far.

@@ -7,3 +7,4 @@ pub mod consumer;
 mod judge;
 pub mod queries;
 pub mod routes;
+mod work;

@@ -1,6 +1,7 @@
-//! The stock engine: the one place the rules of taking stock live. Direct deductions and
-//! orders' reservations (and, next, holds) are judged by it, in memory and in arrival order,
-//! against the stock read for their batch:
+//! The stock engine: the one place the rules of taking stock live. Direct deductions, holds'
+//! tries and orders' reservations are judged by it, in memory and in arrival order, against
+//! the stock read for their batch (or, for a deductions leader's next batch, the stock its
+//! last batch left):
 //!
 //! - a request takes every item or nothing (docs/contract.md §3.2);
 //! - it is refused by the first product, in ascending id, that is unknown or short of the
@@ -9,11 +10,13 @@
 //! - a give-back adds its units back, to a product read or not (an increment cannot oversell,
 //!   so it needs no read).
 //!
-//! The engine writes nothing. [`Ledger::changes`] is what a batch then writes, as conditional
-//! updates: a product read changes only if it still has the version it was read at, so a
-//! decision made on a row that moved meanwhile is never written (the batch rolls back and is
-//! judged again). Reading, judging and writing are separate steps so that the rules are plain
-//! Rust, the same on any database, and a batch costs one read and one write.
+//! The engine writes nothing. [`Ledger::changes`] (with [`Ledger::changes_including`] the
+//! products a batch gives units back to) is what a batch then writes, as conditional updates:
+//! a product read changes only if it still has the version it was read at, so a decision made
+//! on a row that moved meanwhile is never written (the batch rolls back and is judged again).
+//! Reading, judging and writing are separate steps so that the rules are plain Rust, the same
+//! on any database, and a batch costs at most one read and one write (on MySQL the write is
+//! several statements of one transaction).
 
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use inventory_service::reservations::consumer::OrderEvents;
-use inventory_service::stock::lock::{LockOptions, Locker};
+use inventory_service::stock::lock::{LockOptions, Locker, RedisLock};
 use platform::messaging::consumer::{Message, Outcome};
 use platform::messaging::outbox::OutboxSignal;
 use platform::storage::Tx;
@@ -48,12 +48,12 @@ fn locker(prefix: &str) -> Locker {
         wait: Duration::from_secs(5),
         renew: true,
     };
-    Locker::new(
+    Locker::new(RedisLock::new(
         redis,
         RedisKeys::new(prefix),
         options,
         RedisHealth::default(),
-    )
+    ))
 }
 
 async fn setup(backend: Backend, products: &[(i64, i64)]) -> Setup {

@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use inventory_service::deductions::DeductionError;
-use inventory_service::deductions::attempt::{self, Entry, Verdict};
+use inventory_service::deductions::attempt::{self, Entry};
 use inventory_service::deductions::queries::StoredDeduction;
 use inventory_service::deductions::request::{
     DeductionId, DeductionRequest, DeductionStatus, Items,
 };
+use inventory_service::deductions::verdict::Verdict;
 use inventory_service::stock::queries::StockRow;
 use platform::storage::Tx;
 use shared::events::RejectionReason;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use inventory_service::Config;
 use inventory_service::deductions::Deductions;
-use inventory_service::stock::lock::{LockOptions, Locker};
+use inventory_service::stock::lock::{LockOptions, Locker, RedisLock};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use shared::keys::{self, RedisKeys};
@@ -18,12 +18,12 @@ use uuid::Uuid;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-/// A locker on `conn` (10 s TTL, 5 s wait, renewed) with the health check the services run,
-/// every 200 ms, until the guard is dropped.
+/// A Redis lock on `conn` (10 s TTL, 5 s wait, renewed) with the health check the services
+/// run, every 200 ms, until the guard is dropped.
 pub fn watched_locker(
     conn: platform::storage::redis::RedisConnection,
 ) -> (
-    Locker,
+    RedisLock,
     platform::storage::redis::health::RedisHealth,
     tokio_util::sync::DropGuard,
 ) {
@@ -35,7 +35,7 @@ pub fn watched_locker(
             .clone()
             .watch(conn.clone(), Duration::from_millis(200), stop.clone()),
     );
-    let locker = Locker::new(
+    let locker = RedisLock::new(
         conn,
         RedisKeys::new(redis_prefix()),
         LockOptions {
@@ -194,12 +194,12 @@ impl TestApp {
     pub fn locker(&self, options: LockOptions) -> Locker {
         let redis =
             platform::storage::redis::connect(&self.config.redis_url).expect("a Redis manager");
-        Locker::new(
+        Locker::new(RedisLock::new(
             redis,
             RedisKeys::new(self.config.redis_key_prefix.clone()),
             options,
             platform::storage::redis::health::RedisHealth::default(),
-        )
+        ))
     }
 
     pub async fn create_product(&self, product_id: i64, stock: i64) -> Value {

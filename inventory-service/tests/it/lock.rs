@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use inventory_service::stock::lock::{Lease, LockError, LockOptions, Locker};
+use inventory_service::stock::lock::{Lease, LockError, LockOptions, RedisLock};
 use platform::storage::redis::RedisConnection;
 use platform::storage::redis::health::RedisHealth;
 use shared::ids::ProductId;
@@ -26,13 +26,13 @@ fn redis() -> RedisConnection {
     platform::storage::redis::connect(&redis_url()).expect("a Redis manager")
 }
 
-fn locker(options: LockOptions) -> Locker {
+fn locker(options: LockOptions) -> RedisLock {
     locker_with_prefix(&redis_prefix(), options)
 }
 
 /// Lockers sharing a prefix play separate processes contending for the same keys in Redis.
-fn locker_with_prefix(prefix: &str, options: LockOptions) -> Locker {
-    Locker::new(
+fn locker_with_prefix(prefix: &str, options: LockOptions) -> RedisLock {
+    RedisLock::new(
         redis(),
         RedisKeys::new(prefix),
         options,
@@ -252,7 +252,7 @@ async fn a_busy_lock_times_out_and_releases_what_it_had_taken() {
 async fn with_redis_unreachable_the_lock_is_bypassed_not_failed() {
     let unreachable =
         platform::storage::redis::connect("redis://127.0.0.1:1/0").expect("a manager");
-    let locker = Locker::new(
+    let locker = RedisLock::new(
         unreachable,
         RedisKeys::new(redis_prefix()),
         options(1_000, 1_000, true),

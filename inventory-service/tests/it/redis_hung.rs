@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use inventory_service::stock::lock::Locker;
+use inventory_service::stock::lock::RedisLock;
 use platform::storage::redis::health::RedisHealth;
 use serde_json::json;
 use shared::ids::ProductId;
@@ -18,7 +18,7 @@ use crate::helpers::ADMIN_TOKEN;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// A locker on `redis`, whose calls time out after 300 ms, with its own health check.
-fn watched_locker(redis: &PrivateRedis) -> (Locker, RedisHealth, tokio_util::sync::DropGuard) {
+fn watched_locker(redis: &PrivateRedis) -> (RedisLock, RedisHealth, tokio_util::sync::DropGuard) {
     let conn = platform::storage::redis::connect_with_timeout(
         &redis.url,
         None,
@@ -52,7 +52,7 @@ async fn after_one_timeout_a_hung_redis_is_not_asked_again_until_it_answers() {
     let stats = locker.stats();
     assert_eq!(stats.bypassed, 20);
     assert!(
-        stats.redis_failures <= 1,
+        stats.service_failures <= 1,
         "only the first acquisition may have waited for Redis: {stats:?}"
     );
     assert!(health.is_down());
@@ -132,7 +132,7 @@ async fn deductions_keep_flowing_through_the_service_while_redis_is_stopped() {
     .expect("10 deductions while Redis is stopped");
     let stats = locker.stats();
     assert!(stats.bypassed >= 10, "{stats:?}");
-    assert!(stats.redis_failures <= 1, "{stats:?}");
+    assert!(stats.service_failures <= 1, "{stats:?}");
     let ready = client
         .get(format!("{base}/readyz"))
         .send()

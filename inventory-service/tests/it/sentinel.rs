@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use inventory_service::stock::lock::Locker;
+use inventory_service::stock::lock::RedisLock;
 use platform::storage::redis::RedisConnection;
 use platform::storage::tls::CaBundle;
 use redis::AsyncCommands;
@@ -21,7 +21,7 @@ const PRODUCT: ProductId = ProductId(7);
 
 /// A locker on a connection through `deployment`'s Sentinels, with the health check the
 /// services run, until the guard is dropped.
-fn locker_through(deployment: &PrivateSentinel) -> (Locker, RedisConnection, DropGuard) {
+fn locker_through(deployment: &PrivateSentinel) -> (RedisLock, RedisConnection, DropGuard) {
     // The Sentinels say where the primary is; this URL's port is never used.
     locker_through_as(deployment, &PrivateSentinel::url(1), None)
 }
@@ -31,7 +31,7 @@ fn locker_through_as(
     deployment: &PrivateSentinel,
     url: &str,
     ca: Option<&CaBundle>,
-) -> (Locker, RedisConnection, DropGuard) {
+) -> (RedisLock, RedisConnection, DropGuard) {
     let conn = platform::storage::redis::connect_with_timeout(
         url,
         Some(&deployment.sentinels()),
@@ -45,7 +45,7 @@ fn locker_through_as(
 
 /// Takes the product's lock and answers whether its key was on the node at `port` while
 /// held; `None` when the lock was bypassed (Redis down for the locker).
-async fn lock_lands_on(deployment: &PrivateSentinel, locker: &Locker, port: u16) -> Option<()> {
+async fn lock_lands_on(deployment: &PrivateSentinel, locker: &RedisLock, port: u16) -> Option<()> {
     let locks = locker.acquire(PRODUCT).await.ok()?;
     let held = !locks.is_bypassed();
     let mut node = deployment.node(port).await;

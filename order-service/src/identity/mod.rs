@@ -11,7 +11,7 @@ pub mod verifier;
 
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -20,8 +20,6 @@ use shared::ids::UserId;
 
 pub use settings::IdentityConfig;
 pub use verifier::{Refusal, Verifier};
-
-use crate::state::AppState;
 
 /// The verifier when identity is on.
 #[derive(Debug, Clone, Default)]
@@ -41,11 +39,17 @@ impl Identity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller(pub Option<UserId>);
 
-impl FromRequestParts<AppState> for Caller {
+/// Any state that holds the [`Identity`] (the service's, a test's router) extracts a caller.
+impl<S> FromRequestParts<S> for Caller
+where
+    S: Send + Sync,
+    Identity: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let Some(verifier) = &state.identity.0 else {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Identity(verifier) = Identity::from_ref(state);
+        let Some(verifier) = verifier else {
             return Ok(Self(None));
         };
         let authorization = parts

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::bail;
 use platform::config as env;
 
-use crate::config::http_url;
+use crate::config::url::http_url;
 
 /// RFC 7518 §3.2: an HS256 key must be at least as long as the hash, 256 bits.
 const MIN_SECRET_BYTES: usize = 32;

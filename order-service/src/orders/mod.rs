@@ -4,6 +4,7 @@
 
 pub mod amount;
 pub mod body;
+pub mod cancellation;
 pub mod intake;
 pub mod payment;
 pub mod place;

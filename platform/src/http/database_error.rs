@@ -5,7 +5,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use shared::Problem;
 
-use super::edge::RETRY_AFTER_SECS;
+use super::RETRY_AFTER_SECS;
 
 /// A database error, sorted by what it tells the client.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{HeaderName, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::IntoResponse;
 use shared::Problem;
@@ -21,6 +21,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use super::REQUEST_ID;
 use super::cors::Cors;
 use super::metrics;
 use super::rate_limit::{self, Limiter, RateLimit};
@@ -29,11 +30,6 @@ use super::trace;
 
 /// Request bodies above this are refused with 413.
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
-
-pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// Seconds a client is asked to wait after a 503 that names no other figure.
-pub(super) const RETRY_AFTER_SECS: &str = "1";
 
 /// Adds fallbacks and the shared middleware stack to a fully routed service. Serve it with
 /// `into_make_service_with_connect_info::<SocketAddr>()` so rate limits see each client.

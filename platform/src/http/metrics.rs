@@ -69,7 +69,7 @@ pub async fn record(request: Request, next: Next) -> Response {
     let method = request.method().as_str().to_owned();
     let request_id = request
         .headers()
-        .get(super::edge::REQUEST_ID)
+        .get(super::REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();

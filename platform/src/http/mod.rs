@@ -23,3 +23,12 @@ pub use database_error::DatabaseError;
 pub use edge::{BODY_LIMIT_BYTES, with_edge};
 pub use extract::{Json, Path, Query};
 pub use rate_limit::RateLimit;
+
+use axum::http::HeaderName;
+
+/// The header every request and response carries its id in; the edge sets it, the access
+/// log, the metrics and the trace read it.
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Seconds a client is asked to wait after a 503 that names no other figure.
+const RETRY_AFTER_SECS: &str = "1";

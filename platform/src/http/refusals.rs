@@ -9,7 +9,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use shared::Problem;
 
-use super::edge::RETRY_AFTER_SECS;
+use super::RETRY_AFTER_SECS;
 
 /// Every refusal looks the same whoever produced it: anything that answers 4xx/5xx without
 /// a problem body (axum's own rejections, the timeout layer) is rewritten to problem+json,

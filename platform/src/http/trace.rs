@@ -39,7 +39,7 @@ pub(super) async fn read_context(mut request: Request, next: Next) -> Response {
 pub(super) fn request_span(request: &Request) -> Span {
     let request_id = request
         .headers()
-        .get(super::edge::REQUEST_ID)
+        .get(super::REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let span = tracing::info_span!(

@@ -23,7 +23,7 @@
 //! looks and nothing waits.
 //!
 //! None of this is on the path of `POST /orders`, whose intake never waits (see
-//! `order_service::intake`); the wait delays only the settlement of an order, by at most
+//! `order_service::orders::intake`); the wait delays only the settlement of an order, by at most
 //! [`Linger::wait`] per stage.
 
 use std::time::Duration;

@@ -52,7 +52,7 @@ pub async fn find(conn: &mut MySqlConnection, hold_id: &str) -> sqlx::Result<Opt
 }
 
 /// The database's clock, once for a whole call: what PostgreSQL's `now()` is to a statement.
-pub(crate) async fn clock(conn: &mut MySqlConnection) -> sqlx::Result<DateTime<Utc>> {
+pub async fn clock(conn: &mut MySqlConnection) -> sqlx::Result<DateTime<Utc>> {
     sqlx::query_scalar!("SELECT UTC_TIMESTAMP(6) AS `at!: DateTime<Utc>`")
         .fetch_one(conn)
         .await

@@ -19,10 +19,12 @@ use super::request::{DeductionStatus, Kind};
 use crate::stock::queries::StockRow;
 
 mod attempt_tx;
+mod clock;
 mod read;
 mod record;
 
 pub use attempt_tx::AttemptTx;
+pub use clock::clock;
 pub use read::read;
 pub use record::{NewDeduction, NewHold, Outcomes, Recorded, record};
 

@@ -64,8 +64,9 @@ pub struct Recorded {
     /// Every product the statement updated, with the stock and version it left.
     pub written: Vec<(ProductId, StockRow)>,
     /// The confirms and cancels that changed their hold, as they left it; an end missing here
-    /// found its hold no longer `HELD` (or, for a confirm, past its deadline), or locked by
-    /// another writer at that moment, and changed nothing.
+    /// found its hold no longer `HELD` (or, for a confirm, past its deadline; for a cancel,
+    /// with units outside the batch's products), or locked by another writer at that moment,
+    /// and changed nothing.
     pub decided: Vec<HoldRow>,
 }
 
@@ -80,6 +81,8 @@ pub struct Recorded {
 /// that holds one decides it): their `held_units` go, and a cancel's units are added to its
 /// products in the same update as `changes`, which must therefore name every product of the
 /// cancelled holds (the batch's products: a hold joins the batch of exactly its products).
+/// A cancel of a hold with a unit on any other product changes nothing here (its id was
+/// reused since this process took it): the general way decides it.
 /// An end that changed nothing is no failure; it is absent from [`Recorded::decided`].
 ///
 /// On MySQL, the same rows and guards in several statements, in `tx`, which the caller
@@ -146,6 +149,11 @@ pub async fn record(
     // The ends lock their holds with SKIP LOCKED: a hold another writer holds (the sweep, a
     // confirm or cancel that came the general way) is left to it, so this statement, which
     // holds the products' rows, never waits for a hold whose writer may be waiting for them.
+    // A cancel ends its hold only when every unit of it is on the batch's products (`$1`
+    // names them all when the batch cancels): the give-back goes into this update, and a
+    // unit of another product would be deleted with nothing given back. The products a
+    // process remembered for a hold id can be another hold's: the one it took ended
+    // elsewhere, its row was deleted after the retention period, and the id was used again.
     //
     // The statement runs on a session that plans it once for any values (`planned_once`), so
     // every table is reached through its key by a condition on a parameter (`= ANY($n)`, even
@@ -167,8 +175,12 @@ pub async fn record(
                                    ELSE 'CANCELLED' END,
                       updated_at = now()
                 WHERE h.hold_id = ANY (ARRAY(
-                          SELECT hold_id FROM ending
-                           WHERE state = 'HELD' AND (expires_at > now() OR hold_id = ANY($26))))
+                          SELECT e.hold_id FROM ending AS e
+                           WHERE e.state = 'HELD' AND (e.expires_at > now() OR e.hold_id = ANY($26))
+                             AND NOT (e.hold_id = ANY($26) AND EXISTS (
+                                 SELECT 1 FROM held_units AS u
+                                  WHERE u.hold_id = ANY($26) AND u.hold_id = e.hold_id
+                                    AND u.product_id <> ALL($1)))))
                RETURNING h.hold_id, h.state, h.items, h.expires_at, h.created_at
            ), freed AS (
                DELETE FROM held_units

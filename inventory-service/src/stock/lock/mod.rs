@@ -1,82 +1,40 @@
-//! Per-product stock locks in Redis.
+//! The stock lock: one interface ([`StockLock`]), chosen once at start, and what its holders
+//! get back ([`Locks`]). Today's implementation is one Redis ([`redis`]); another lock service
+//! is one more module beside it, implementing the same two traits.
 //!
-//! The lock keeps contention cheap; it is **not** what keeps stock correct. Correctness comes
-//! from the database: every stock write is a conditional update (`version = $v AND stock +
-//! delta >= 0`, rows changed checked) of what the stock engine decided on the rows as read,
-//! for orders' reservations and direct deductions alike. It holds when a lock expires under a
-//! paused holder, when Redis loses its keys, or when Redis is down and deductions run without
-//! locks at all.
-//!
-//! How a lock works:
-//! - **Queue locally first**: tasks of this process wanting the same product wait in a FIFO
-//!   ([`local`]), so only one of them at a time asks Redis and hand-overs have no backoff gap.
-//!   A holder that leaves while another local task waits leaves it the key as it is (while
-//!   the key is young, at most [`local::MAX_HAND_OVERS`] times in a row), which saves the
-//!   next holder the delete and the set: on a hot product, two Redis round trips fewer in
-//!   the section every holder waits for.
-//! - **Acquire** (`acquire`): `SET <key> <token> NX PX <ttl>` with a fresh random token
-//!   (UUID v4) for each key taken from Redis, retried with jittered exponential backoff until
-//!   a deadline ([`LockError::Timeout`]). Several products are locked in ascending product
-//!   id, each id once, so two deductions never wait on each other in a cycle.
-//! - **Fair between processes**: a try that finds the key busy registers its token as the
-//!   key's next owner (`<key>:next`, one waiter at a time, kept for [`lease::WAITER_TTL`] and
-//!   renewed by every try). A release that finds a waiter registered hands the key straight
-//!   to it instead of deleting it, so the releasing process cannot take it back with its next
-//!   `SET`. With [`local::MAX_HAND_OVERS`] (N = 32) local hand-overs in a row at most, a
-//!   waiter in another process gets a contended lock after at most N + 1 turns of this one.
-//! - **Release**: a Lua compare-and-delete (or hand-over to the registered waiter), so a
-//!   holder whose lock expired never deletes the lock someone else took since.
-//! - **Batches** ([`Locker::try_acquire_many`]): the message consumer takes the free locks
-//!   of a whole batch's products in one round trip and leaves the busy ones for later.
-//! - **Renewal**: while held, a watchdog task renews every key every `ttl / 3` with a Lua
-//!   compare-and-`PEXPIRE`. When a renewal finds the key gone or owned by another token, the
-//!   lock is *lost*: [`Locks::lost`] is cancelled and [`Locks::ensure_held`] fails, which the
-//!   holder checks right before commit, then rolls back and retries. `ensure_held` also fails
-//!   once the last confirmed expiry has passed, which catches a holder whose whole process was
-//!   paused (SIGSTOP) together with its watchdog.
-//! - **Redis unreachable** (any Redis error; "busy" is not an error): the caller gets
-//!   [`Locks`] that hold nothing ([`Locks::is_bypassed`]) and goes on without the lock. This
-//!   is logged once per outage and counted as `lock_acquisitions_total{result="bypassed"}`.
-//! - **Redis hung** (it stops answering instead of refusing): one call that times out marks
-//!   the process's [`RedisHealth`] down, and from then on acquisitions bypass the lock
-//!   without calling Redis at all, until the health check gets an answer again. Otherwise
-//!   every deduction would wait out the Redis timeout while holding its product's local
-//!   turn, and a hot product would move at one deduction per timeout.
-//!
-//! A check right before commit cannot close the window between that check and the commit;
-//! that window is exactly what the conditional update covers.
+//! A lock keeps contention cheap; it is **not** what keeps stock correct. Every stock write
+//! is a conditional update (the version read, `stock + delta >= 0`) of what the stock engine
+//! decided, so stock stays correct when a lock expires under a paused holder, when the lock
+//! service loses its keys, or when it is down and batches run without locks at all
+//! ([`Locks::is_bypassed`]). What every implementation owes its holders:
+//! - products locked in ascending id, each once, so two holders never wait in a cycle;
+//! - a deadline for waiting ([`LockError::Timeout`]), and busy products reported rather than
+//!   waited for in [`StockLock::try_acquire_many`];
+//! - the lock kept alive while held (renewal, a lease's keep-alive), and a lock found lost
+//!   reported through [`Locks::lost`] and [`Locks::ensure_held`], which the holder checks
+//!   right before commit and then rolls back;
+//! - when the lock service cannot be reached, locks that hold nothing instead of an error.
 
-mod acquire;
-mod batch;
-mod held;
-mod lease;
-mod local;
+pub mod redis;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use platform::storage::redis::RedisConnection;
-use platform::storage::redis::health::{RedisCallError, RedisHealth};
+use futures_util::future::BoxFuture;
 use shared::ids::ProductId;
-use shared::keys::RedisKeys;
+use tokio_util::sync::CancellationToken;
 
-pub use batch::Partial;
-pub use held::Locks;
-pub use lease::{Lease, WAITER_TTL, waiter_key};
-pub use local::MAX_HAND_OVERS;
-
-use crate::metrics;
+pub use redis::{Lease, MAX_HAND_OVERS, RedisLock, WAITER_TTL, waiter_key};
 
 /// How locks are taken and kept.
 #[derive(Debug, Clone, Copy)]
 pub struct LockOptions {
-    /// Time to live of every lock key.
+    /// Time to live of every lock (a key's, a lease's).
     pub ttl: Duration,
-    /// How long [`Locker::acquire_all`] keeps trying before [`LockError::Timeout`].
+    /// How long [`StockLock::acquire_all`] keeps trying before [`LockError::Timeout`].
     pub wait: Duration,
-    /// Whether a watchdog renews held locks every `ttl / 3`. Always on in the service; tests
-    /// turn it off to play a holder that stalls past its TTL.
+    /// Whether held locks are kept alive (renewed every `ttl / 3`). Always on in the service;
+    /// tests turn it off to play a holder that stalls past its TTL.
     pub renew: bool,
 }
 
@@ -91,145 +49,156 @@ pub enum LockError {
     Lost,
 }
 
-/// What one [`Locker`] did since it was made: the process-wide metrics, but of this locker
-/// alone (tests read these, since the metrics are shared by every test of a binary).
+/// What one lock did since it was made: the process-wide metrics, but of this lock alone
+/// (tests read these, since the metrics are shared by every test of a binary).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LockStats {
     pub acquired: u64,
     pub timeouts: u64,
     pub bypassed: u64,
-    /// Acquisitions whose Redis call failed (then bypassed); calls skipped because Redis
-    /// was already known down are not among them.
-    pub redis_failures: u64,
+    /// Acquisitions whose call to the lock service failed (then bypassed); calls skipped
+    /// because it was already known down are not among them.
+    pub service_failures: u64,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    acquired: AtomicU64,
-    timeouts: AtomicU64,
-    bypassed: AtomicU64,
-    redis_failures: AtomicU64,
+/// A way to lock products across processes.
+pub trait StockLock: Send + Sync + 'static {
+    /// Locks every product of `products` (duplicates ignored), in ascending product id;
+    /// [`LockError::Timeout`] (releasing what it took) when one stays busy past the
+    /// deadline, locks that hold nothing when the lock service fails.
+    fn acquire_all<'a>(
+        &'a self,
+        products: &'a [ProductId],
+    ) -> BoxFuture<'a, Result<Locks, LockError>>;
+
+    /// Takes every free lock among `products` at once and reports the busy ones instead of
+    /// waiting for them: a batch goes on with what it could lock.
+    fn try_acquire_many<'a>(&'a self, products: &'a [ProductId]) -> BoxFuture<'a, Partial>;
+
+    fn options(&self) -> LockOptions;
+
+    fn stats(&self) -> LockStats;
 }
 
-/// Takes per-product locks. Cheap to clone; one per process.
+/// What a holder of some locks has, as one implementation keeps it.
+pub trait Held: Send + Sync {
+    /// `true` when the lock service was unreachable and nothing is locked.
+    fn is_bypassed(&self) -> bool;
+    /// The names of the locks held (keys), in the order they were taken.
+    fn keys(&self) -> Vec<&str>;
+    /// What tells this holder's locks from any other's (a random token, a revision), one
+    /// per key, in the order of [`Held::keys`].
+    fn tokens(&self) -> Vec<&str>;
+    /// Cancelled as soon as a lock is found lost.
+    fn lost(&self) -> CancellationToken;
+    /// `Err(Lost)` when a lock was lost or may have expired; always `Ok` when bypassed.
+    fn ensure_held(&self) -> Result<(), LockError>;
+    /// Stops keeping the locks alive and frees them (best effort: a lock that cannot be
+    /// freed expires by itself).
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
+
+/// Locks held by one holder (or, when bypassed, none). Release them with [`Locks::release`];
+/// dropping them frees them too, in the background.
+pub struct Locks(Box<dyn Held>);
+
+impl Locks {
+    pub fn new(held: impl Held + 'static) -> Self {
+        Self(Box::new(held))
+    }
+
+    /// `true` when the lock service was unreachable and nothing is locked.
+    pub fn is_bypassed(&self) -> bool {
+        self.0.is_bypassed()
+    }
+
+    /// The names of the locks held, in the order they were taken.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().into_iter()
+    }
+
+    /// One token per key, in the order of [`Locks::keys`].
+    pub fn tokens(&self) -> impl Iterator<Item = &str> {
+        self.0.tokens().into_iter()
+    }
+
+    /// Cancelled as soon as a lock is found lost; lets a long holder stop early.
+    pub fn lost(&self) -> CancellationToken {
+        self.0.lost()
+    }
+
+    /// Call right before commit: `Err(Lost)` when a lock was lost or may have expired. Then
+    /// roll back and start over. Always `Ok` when bypassed.
+    pub fn ensure_held(&self) -> Result<(), LockError> {
+        self.0.ensure_held()
+    }
+
+    pub async fn release(self) {
+        self.0.release().await;
+    }
+}
+
+impl std::fmt::Debug for Locks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locks")
+            .field("keys", &self.0.keys())
+            .field("bypassed", &self.is_bypassed())
+            .field("lost", &self.lost().is_cancelled())
+            .finish()
+    }
+}
+
+/// The locks a batch could take, and the products it could not.
+#[derive(Debug)]
+pub struct Partial {
+    /// Held (or bypassed, when the lock service is down): release them after commit.
+    pub locks: Locks,
+    /// Busy products, ascending: their work waits for a later batch.
+    pub busy: Vec<ProductId>,
+}
+
+/// The process's stock lock, whichever implementation start-up chose. Cheap to clone.
 #[derive(Clone)]
-pub struct Locker {
-    inner: Arc<LockerInner>,
-}
+pub struct Locker(Arc<dyn StockLock>);
 
-struct LockerInner {
-    redis: RedisConnection,
-    keys: RedisKeys,
-    options: LockOptions,
-    /// Whether Redis is known down, shared with the rest of the process.
-    health: RedisHealth,
-    /// Set while deductions bypass the lock, so that is logged once per outage, not once
-    /// per request.
-    redis_down: AtomicBool,
-    local: local::LocalQueues,
-    counters: Counters,
+impl Locker {
+    pub fn new(lock: impl StockLock) -> Self {
+        Self(Arc::new(lock))
+    }
+
+    /// Locks one product; see [`StockLock::acquire_all`].
+    pub async fn acquire(&self, product: ProductId) -> Result<Locks, LockError> {
+        self.0.acquire_all(&[product]).await
+    }
+
+    pub async fn acquire_all(&self, products: &[ProductId]) -> Result<Locks, LockError> {
+        self.0.acquire_all(products).await
+    }
+
+    pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
+        self.0.try_acquire_many(products).await
+    }
+
+    pub fn options(&self) -> LockOptions {
+        self.0.options()
+    }
+
+    /// What this lock did so far.
+    pub fn stats(&self) -> LockStats {
+        self.0.stats()
+    }
 }
 
 impl std::fmt::Debug for Locker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Locker")
-            .field("options", &self.inner.options)
-            .field("redis_down", &self.inner.redis_down.load(Ordering::Relaxed))
+            .field("options", &self.options())
             .finish_non_exhaustive()
     }
 }
 
-impl Locker {
-    /// A locker on `redis`; `health` is the process's view of whether Redis is down, kept
-    /// current by [`RedisHealth::watch`].
-    pub fn new(
-        redis: RedisConnection,
-        keys: RedisKeys,
-        options: LockOptions,
-        health: RedisHealth,
-    ) -> Self {
-        Self {
-            inner: Arc::new(LockerInner {
-                redis,
-                keys,
-                options,
-                health,
-                redis_down: AtomicBool::new(false),
-                local: local::LocalQueues::default(),
-                counters: Counters::default(),
-            }),
-        }
+impl<L: StockLock> From<L> for Locker {
+    fn from(lock: L) -> Self {
+        Self::new(lock)
     }
-
-    pub fn options(&self) -> LockOptions {
-        self.inner.options
-    }
-
-    /// What this locker did so far.
-    pub fn stats(&self) -> LockStats {
-        let c = &self.inner.counters;
-        LockStats {
-            acquired: c.acquired.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            bypassed: c.bypassed.load(Ordering::Relaxed),
-            redis_failures: c.redis_failures.load(Ordering::Relaxed),
-        }
-    }
-
-    fn timed_out(&self, started: Instant) -> LockError {
-        self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
-        LockError::Timeout(self.inner.options.wait)
-    }
-
-    /// The Redis key of `product`'s lock.
-    pub fn key(&self, product: ProductId) -> String {
-        self.inner.keys.product_lock(product)
-    }
-
-    /// Locks one product; see [`Locker::acquire_all`].
-    pub async fn acquire(&self, product: ProductId) -> Result<Locks, LockError> {
-        self.acquire_all(&[product]).await
-    }
-
-    /// Locks every product of `products` (duplicates ignored), in ascending product id.
-    ///
-    /// Gives up with [`LockError::Timeout`] (releasing what it took) when some lock stays
-    /// busy past the deadline. When Redis fails, returns [`Locks`] that hold nothing
-    /// ([`Locks::is_bypassed`]): the caller proceeds and relies on the conditional update.
-    pub async fn acquire_all(&self, products: &[ProductId]) -> Result<Locks, LockError> {
-        let ids = sorted_unique(products);
-        let started = Instant::now();
-        let deadline = started + self.inner.options.wait;
-        let Some(turns) = self.inner.local.enter(&ids, deadline).await else {
-            return Err(self.timed_out(started));
-        };
-        self.take_keys(ids, turns, started, deadline).await
-    }
-
-    /// Locks that hold nothing, after `error`; a failed call (not one skipped because Redis
-    /// was known down) is counted.
-    fn bypass(&self, error: &RedisCallError) -> Locks {
-        if matches!(error, RedisCallError::Failed(_)) {
-            let failures = &self.inner.counters.redis_failures;
-            failures.fetch_add(1, Ordering::Relaxed);
-        }
-        if !self.inner.redis_down.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                %error,
-                "Redis is unreachable: deducting stock without locks until it is back \
-                 (the conditional update keeps stock correct)"
-            );
-        }
-        self.inner.counters.bypassed.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_bypassed();
-        Locks::bypassed()
-    }
-}
-
-fn sorted_unique(products: &[ProductId]) -> Vec<ProductId> {
-    let mut ids = products.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
 }

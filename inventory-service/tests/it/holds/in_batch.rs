@@ -19,6 +19,7 @@ testkit::on_each_backend!(
     confirms_and_cancels_of_holds_taken_here_commit_with_the_next_batch_of_their_products,
     an_end_its_batch_cannot_decide_is_decided_and_worded_the_general_way,
     a_cancel_in_a_batch_past_the_deadline_expires_the_hold_and_gives_its_units_back_once,
+    a_cancel_routed_by_a_reused_hold_id_gives_back_every_unit_of_the_hold_now_under_it,
 );
 
 /// `POST /holds/{id}/{step}` in a task: status and body.
@@ -189,4 +190,49 @@ async fn a_cancel_in_a_batch_past_the_deadline_expires_the_hold_and_gives_its_un
     assert_eq!(again["state"], "EXPIRED");
     assert_eq!(app.stock_and_held(1).await, (10, 0), "given back once");
     assert_stock_adds_up(&app, 1, 10).await;
+}
+
+/// A process remembers the products of the holds it took until an end of them reaches it. A
+/// hold ended elsewhere, its row deleted after the retention period and its id used again on
+/// other products is still remembered by its first products: a cancel reaching that process
+/// rides in their batch, which must not end a hold it cannot give back.
+async fn a_cancel_routed_by_a_reused_hold_id_gives_back_every_unit_of_the_hold_now_under_it(
+    backend: Backend,
+) {
+    let a = TestApp::spawn_on(backend, |_| {}).await;
+    let url = a.config.database_urls[0].clone();
+    let b = TestApp::spawn_on(backend, move |c| c.database_urls = vec![url]).await;
+    a.create_product(1, 10).await;
+    a.create_product(2, 10).await;
+    assert_eq!(a.hold("reused", &[(1, 2)], Some(600)).await.status(), 201);
+    assert_eq!(b.ended_hold("reused", "cancel").await["state"], "CANCELLED");
+    let deleted = a
+        .database
+        .execute(
+            "DELETE FROM holds WHERE hold_id = 'reused'",
+            "DELETE FROM holds WHERE hold_id = 'reused'",
+        )
+        .await;
+    assert_eq!(
+        deleted, 1,
+        "the finished hold's row is gone, as after the retention"
+    );
+    assert_eq!(b.hold("reused", &[(2, 3)], Some(600)).await.status(), 201);
+    assert_eq!(a.stock_and_held(2).await, (7, 3));
+    assert_eq!(
+        a.deductions.held_here(),
+        1,
+        "`a` still routes the id to product 1"
+    );
+
+    let hold = a.ended_hold("reused", "cancel").await;
+    assert_eq!(hold["state"], "CANCELLED");
+    assert_eq!(hold["items"][0]["product_id"], 2, "{hold}");
+    assert_eq!(a.stock_and_held(2).await, (10, 0), "every unit back");
+    assert_eq!(a.stock_and_held(1).await, (10, 0));
+    let again = a.ended_hold("reused", "cancel").await;
+    assert_eq!(again["state"], "CANCELLED");
+    assert_eq!(a.stock_and_held(2).await, (10, 0), "given back once");
+    assert_stock_adds_up(&a, 1, 10).await;
+    assert_stock_adds_up(&a, 2, 10).await;
 }

@@ -1,6 +1,7 @@
 //! Holds (docs/contract.md §3.4): every rule of the try / confirm / cancel and the expiry, and
 //! the races between them.
 
+mod clock;
 mod in_batch;
 mod races;
 mod rules;

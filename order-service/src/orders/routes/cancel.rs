@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{PROBLEM, UNAUTHORIZED};
 use crate::error::ApiError;
 use crate::identity::Caller;
-use crate::orders::settle::Cancelled;
+use crate::orders::cancellation::{self, Cancelled};
 use crate::orders::view::Order;
 use crate::state::AppState;
 
@@ -40,7 +40,7 @@ pub async fn cancel(
 ) -> Result<Json<Order>, ApiError> {
     let order_id = OrderId(order_id);
     let mut tx = state.db.begin().await?;
-    let outcome = crate::orders::settle::cancel(tx.conn(), order_id, caller.0, &trace).await?;
+    let outcome = cancellation::cancel(tx.conn(), order_id, caller.0, &trace).await?;
     tx.commit().await?;
     match outcome {
         Cancelled::Now(row, transition, events) => {

@@ -1,13 +1,15 @@
-//! Moving orders through the status machine, whoever asks: inventory's events, the
-//! customer's cancel, or reconciliation. Every change and the event it causes commit in
-//! the caller's transaction.
+//! Moving orders through the status machine on inventory's answers, whoever brings them:
+//! inventory's events or reconciliation; and what every change shares ([`Transition`], the
+//! release request). The customer's cancel is [`super::cancellation`], the payment window's
+//! confirm and expiry [`super::payment`]. Every change and the event it causes commit in the
+//! caller's transaction.
 
 use chrono::Utc;
 use platform::messaging::outbox::NewOutboxRow;
 use platform::storage::Conn;
 use platform::telemetry::TraceContext;
 use shared::events::RejectionReason;
-use shared::ids::{OrderId, UserId};
+use shared::ids::OrderId;
 
 mod batch;
 pub mod consumer;
@@ -15,7 +17,7 @@ mod queries;
 
 use crate::metrics::{ORDER_END_TO_END_SECONDS, ORDER_TRANSITIONS_TOTAL};
 use crate::orders::OrderStatus;
-use crate::orders::payment::{PaymentWindow, expiry};
+use crate::orders::payment::PaymentWindow;
 use crate::orders::queries::OrderRow;
 
 /// Inventory's answer about an order's stock.
@@ -71,55 +73,6 @@ fn target(verdict: Verdict, window: PaymentWindow) -> (OrderStatus, Option<Rejec
         Verdict::Reserved => (window.reserved(), None),
         Verdict::Rejected(reason) => (OrderStatus::Rejected, Some(reason)),
     }
-}
-
-/// What a cancel request found and did.
-#[derive(Debug)]
-pub enum Cancelled {
-    /// Its stock is being given back: cancelled now, or expired now when its payment window
-    /// had closed (docs/contract.md §3.1.1); with the release request written, for the relay
-    /// once committed.
-    Now(OrderRow, Transition, Vec<NewOutboxRow>),
-    /// Cancelled or expired before: returned as it is.
-    Already(OrderRow),
-    Rejected,
-    NotFound,
-}
-
-/// Cancels a `PENDING`, `AWAITING_PAYMENT` or `CONFIRMED` order and emits `order.cancelled`
-/// (the saga's compensation); an order waiting for its payment at or after its due time
-/// expires instead. A cancelled or expired order is returned unchanged. With an `owner`, only
-/// an order of theirs is found.
-pub async fn cancel(
-    mut conn: Conn<'_>,
-    order_id: OrderId,
-    owner: Option<UserId>,
-    trace: &TraceContext,
-) -> sqlx::Result<Cancelled> {
-    let Some(row) =
-        crate::orders::queries::find_owned_for_update(conn.reborrow(), order_id, owner).await?
-    else {
-        return Ok(Cancelled::NotFound);
-    };
-    let from = row.status;
-    if from.gave_back() {
-        return Ok(Cancelled::Already(row));
-    }
-    if from == OrderStatus::AwaitingPayment {
-        // The window closed first: the clock decided, whether or not the expiry ran yet.
-        let mut expired = expiry::expire(conn.reborrow(), Some((order_id, trace)), 1).await?;
-        if let Some((row, transition)) = expired.orders.pop() {
-            return Ok(Cancelled::Now(row, transition, expired.events));
-        }
-    }
-    if !from.can_become(OrderStatus::Cancelled) {
-        return Ok(Cancelled::Rejected);
-    }
-    let row = crate::orders::queries::set_status(conn.reborrow(), order_id, OrderStatus::Cancelled)
-        .await?;
-    let events = request_releases(conn, [(order_id, trace.clone())]).await?;
-    let transition = Transition::from_row(&row, from, OrderStatus::Cancelled);
-    Ok(Cancelled::Now(row, transition, events))
 }
 
 /// Writes an `order.cancelled` ([`batch::release_request`]) for each order to the outbox in

@@ -10,7 +10,9 @@
 //! writing to a demoted primary, and those rows would be lost to the promoted replica.
 //!
 //! Every new connection is asked before the pool hands it out, so a replica, or a primary
-//! that has since become one, never gets a statement. A watcher asks the chosen server every
+//! that has since become one, never gets a statement; nor does any server but the chosen
+//! one, told by its identity ([`Server`]): a connection the pool began opening to the server
+//! it has just left can reach it after the switch, and that server may take writes again. A watcher asks the chosen server every
 //! [`CHECK_EVERY`] over a connection of its own; when it stops answering or turns read-only,
 //! the connections opened before are closed instead of handed out, every server is asked
 //! again, and the pool opens its new connections on the first that takes writes.
@@ -45,19 +47,47 @@ const ROUNDS_APART: Duration = Duration::from_millis(200);
 
 /// Whether the server at the other end of `conn` takes writes; one round trip.
 pub async fn takes_writes(conn: &mut MySqlConnection) -> sqlx::Result<bool> {
-    let read_only: i64 = sqlx::query_scalar("SELECT @@global.read_only")
-        .fetch_one(conn)
-        .await?;
-    Ok(read_only == 0)
+    Ok(identify(conn).await?.0)
 }
+
+/// Which server a connection reached: what it says of itself. MariaDB has no
+/// `@@server_uuid`; `@@server_id` is unique among servers that replicate to each other (they
+/// refuse to start replicating otherwise), and with the host name and port it tells apart
+/// servers that do not replicate (as a test's, all `server_id` 1 on one host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    pub hostname: String,
+    pub port: i64,
+    pub server_id: i64,
+}
+
+/// Whether the server at the other end of `conn` takes writes, and which it is; one round
+/// trip.
+pub async fn identify(conn: &mut MySqlConnection) -> sqlx::Result<(bool, Server)> {
+    let (read_only, hostname, port, server_id): (i64, String, i64, i64) = sqlx::query_as(
+        "SELECT @@global.read_only, @@hostname, CAST(@@port AS SIGNED), \
+                CAST(@@server_id AS SIGNED)",
+    )
+    .fetch_one(conn)
+    .await?;
+    let server = Server {
+        hostname,
+        port,
+        server_id,
+    };
+    Ok((read_only == 0, server))
+}
+
+/// An answer of one server: whether it takes writes, which it is, and the connection asked.
+type Answer = (bool, Server, MySqlConnection);
 
 /// A connection to `options`, and whether its server takes writes, within [`ASK_TIMEOUT`];
 /// or why not.
-async fn ask(options: &MySqlConnectOptions) -> Result<(bool, MySqlConnection), String> {
+async fn ask(options: &MySqlConnectOptions) -> Result<Answer, String> {
     let asked = async {
         let mut conn = options.connect().await?;
-        let writable = takes_writes(&mut conn).await?;
-        Ok::<_, sqlx::Error>((writable, conn))
+        let (writable, server) = identify(&mut conn).await?;
+        Ok::<_, sqlx::Error>((writable, server, conn))
     };
     match tokio::time::timeout(ASK_TIMEOUT, asked).await {
         Ok(Ok(answer)) => Ok(answer),
@@ -91,6 +121,8 @@ pub struct Writer {
     /// The same servers, to no database in particular: asking needs none, and the
     /// service's may not exist yet.
     ask_on: Vec<MySqlConnectOptions>,
+    /// The server the pool writes to: the only one a new connection is admitted to.
+    chosen: Mutex<Option<Server>>,
     retired_at: Mutex<Option<Instant>>,
     recheck: Notify,
 }
@@ -99,6 +131,7 @@ pub struct Writer {
 #[derive(Debug)]
 pub struct Found {
     pub index: usize,
+    server: Server,
     conn: MySqlConnection,
 }
 
@@ -117,10 +150,14 @@ impl Writer {
         let writer = Self {
             servers,
             ask_on,
+            chosen: Mutex::new(None),
             retired_at: Mutex::new(None),
             recheck: Notify::new(),
         };
         let found = writer.ask_all(None).await;
+        if let Ok(found) = &found {
+            writer.choose(&found.server);
+        }
         Ok((writer, found))
     }
 
@@ -157,7 +194,7 @@ impl Writer {
     /// does.
     async fn ask_all(&self, keep: Option<usize>) -> Result<Found, NoWriter> {
         let mut answers: Vec<_> = join_all(self.ask_on.iter().map(ask)).await;
-        let writable = |index: &usize| matches!(answers[*index], Ok((true, _)));
+        let writable = |index: &usize| matches!(answers[*index], Ok((true, _, _)));
         let Some(index) = keep
             .filter(writable)
             .or_else(|| (0..answers.len()).find(writable))
@@ -171,27 +208,49 @@ impl Writer {
             });
             return Err(NoWriter(said.collect()));
         };
-        let (_, conn) = std::mem::replace(&mut answers[index], Err(String::new()))
+        let (_, server, conn) = std::mem::replace(&mut answers[index], Err(String::new()))
             .expect("the chosen server answered");
         // The others' sessions end cleanly rather than as aborted connections.
-        for (_, other) in answers.into_iter().flatten() {
+        for (_, _, other) in answers.into_iter().flatten() {
             tokio::spawn(other.close());
         }
-        Ok(Found { index, conn })
+        Ok(Found {
+            index,
+            server,
+            conn,
+        })
     }
 
-    /// For `after_connect`, last: a fresh connection may be used only when its server takes
-    /// writes and no retirement happened while it was being set up (it may have been opened
-    /// to the server just left). Otherwise the watcher looks again.
+    /// For `after_connect`, last: a fresh connection may be used only when it reached the
+    /// chosen server, that server takes writes, and no retirement happened while it was
+    /// asked. A connection opened before a switch can reach the server just left after it,
+    /// and that server may take writes again: only its identity tells. Otherwise the watcher
+    /// looks again.
     pub async fn admit(&self, conn: &mut MySqlConnection) -> sqlx::Result<()> {
         let asked_at = Instant::now();
-        if takes_writes(conn).await? && !self.retired_since(asked_at) {
+        let (writable, server) = identify(conn).await?;
+        let chosen = self.is_chosen(&server);
+        if writable && chosen && !self.retired_since(asked_at) {
             return Ok(());
         }
         self.recheck.notify_one();
-        Err(sqlx::Error::Protocol(
-            "refusing a MySQL session on a read-only server (@@global.read_only is on)".into(),
-        ))
+        let why = if writable {
+            "it is not the server the pool writes to"
+        } else {
+            "it is read-only (@@global.read_only is on)"
+        };
+        Err(sqlx::Error::Protocol(format!(
+            "refusing a MySQL session on {}:{}: {why}",
+            server.hostname, server.port
+        )))
+    }
+
+    fn choose(&self, server: &Server) {
+        *self.chosen.lock().expect("not poisoned") = Some(server.clone());
+    }
+
+    fn is_chosen(&self, server: &Server) -> bool {
+        self.chosen.lock().expect("not poisoned").as_ref() == Some(server)
     }
 
     /// For `before_acquire`: whether an idle connection of `meta.age` was opened after the
@@ -241,11 +300,17 @@ impl Writer {
             let found = self.ask_all(Some(chosen)).await;
             match &found {
                 // A blip of the probe's connection: the chosen server still takes writes.
-                Ok(found) if found.index == chosen => none_takes_writes = false,
+                // (The same URL may reach another server now, as a DNS name moved to a
+                // promoted replica does: that is a switch like any other.)
+                Ok(found) if found.index == chosen && self.is_chosen(&found.server) => {
+                    none_takes_writes = false;
+                }
                 Ok(found) => {
                     none_takes_writes = false;
-                    // New options first: a connection opened after the retirement below
-                    // goes to the new server (or was refused on the old read-only one).
+                    // The new server first: from now on a connection to the old one is
+                    // refused, whenever it was opened. Then the new options: a connection
+                    // opened after the retirement below goes to the new server.
+                    self.choose(&found.server);
                     pool.set_connect_options(self.servers[found.index].clone());
                     self.retire_connections();
                     chosen = found.index;

@@ -85,9 +85,10 @@ pub struct Recorded {
 /// locked by another writer (skipped, never waited for: a sweep or a cancel elsewhere that
 /// holds one decides it): their `held_units` go, and a cancel's units are added to its
 /// products in the same update as `changes`, which must therefore name every product of the
-/// cancelled holds (units of a product not in `changes` are deleted with the hold and given
-/// back to nothing, as in PostgreSQL). An end that changed nothing is no failure; it is
-/// absent from [`Recorded::decided`].
+/// cancelled holds: a cancel of a hold with a unit on any other product changes nothing here
+/// (its id was reused since the caller took it; the caller's general way decides it), as in
+/// PostgreSQL. An end that changed nothing is no failure; it is absent from
+/// [`Recorded::decided`].
 ///
 /// Statements, in PostgreSQL's lock order: the products of `changes` locked in ascending id;
 /// the versions of `judged` checked; the holds to end locked (ascending id, `SKIP LOCKED`);
@@ -124,14 +125,30 @@ pub async fn record(
         at = Some(now);
         let ending: Vec<&str> = new.confirms.iter().chain(&new.cancels).copied().collect();
         let held = holds::lock_holds(conn, &ending, true, now).await?;
-        for row in held {
-            let deadline_ahead = row.expires_at.is_some_and(|deadline| deadline > now);
-            let confirm = new.confirms.contains(&row.hold_id.as_str());
-            let cancel = new.cancels.contains(&row.hold_id.as_str());
-            if row.state != "HELD" || !(deadline_ahead || cancel) {
+        let endable: Vec<HoldRow> = held
+            .into_iter()
+            .filter(|row| {
+                let deadline_ahead = row.expires_at.is_some_and(|deadline| deadline > now);
+                let cancel = new.cancels.contains(&row.hold_id.as_str());
+                row.state == "HELD" && (deadline_ahead || cancel)
+            })
+            .collect();
+        let endable_ids: Vec<&str> = endable.iter().map(|h| h.hold_id.as_str()).collect();
+        let units = stock::units_of(conn, &endable_ids).await?;
+        // A cancel with a unit outside the batch's products is not the batch's to decide:
+        // its give-back would miss that product (PostgreSQL's statement skips it alike).
+        let elsewhere: Vec<&str> = units
+            .iter()
+            .filter(|(hold_id, product_id, _)| {
+                new.cancels.contains(&hold_id.as_str()) && !change_ids.contains(product_id)
+            })
+            .map(|(hold_id, _, _)| hold_id.as_str())
+            .collect();
+        for row in endable {
+            if elsewhere.contains(&row.hold_id.as_str()) {
                 continue;
             }
-            let state = if confirm {
+            let state = if new.confirms.contains(&row.hold_id.as_str()) {
                 "CONFIRMED"
             } else if row.due {
                 "EXPIRED"
@@ -140,10 +157,10 @@ pub async fn record(
             };
             decided.push(holds::ended(row, state, now));
         }
-        let decided_ids: Vec<&str> = decided.iter().map(|h| h.hold_id.as_str()).collect();
-        for (hold_id, product_id, quantity) in stock::units_of(conn, &decided_ids).await? {
-            if new.cancels.contains(&hold_id.as_str()) {
-                *given.entry(product_id).or_default() += quantity;
+        for (hold_id, product_id, quantity) in &units {
+            let decided_here = decided.iter().any(|h| &h.hold_id == hold_id);
+            if decided_here && new.cancels.contains(&hold_id.as_str()) {
+                *given.entry(*product_id).or_default() += quantity;
             }
         }
     }

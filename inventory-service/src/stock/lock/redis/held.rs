@@ -1,13 +1,16 @@
-//! [`Locks`]: what a holder has, the watchdog that renews it, and the check before commit.
+//! [`RedisLocks`]: what a holder of Redis locks has, the watchdog that renews them, and the
+//! check before commit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use platform::storage::redis::RedisConnection;
 use platform::storage::redis::health::RedisHealth;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::super::Held;
 use super::lease::{Lease, release_all, release_in_background};
 use super::{LockError, LockOptions};
 use crate::metrics;
@@ -47,9 +50,9 @@ impl HeldState {
     }
 }
 
-/// Locks held by one holder (or, when bypassed, none). Release them with [`Locks::release`];
-/// dropping them releases too, in the background.
-pub struct Locks {
+/// Redis locks held by one holder (or, when bypassed, none), behind [`super::super::Locks`].
+/// Release them with [`RedisLocks::release`]; dropping them releases too, in the background.
+pub struct RedisLocks {
     /// `None` when bypassed.
     conn: Option<RedisConnection>,
     leases: Vec<Lease>,
@@ -64,9 +67,9 @@ pub struct Locks {
     turns: super::local::Turns,
 }
 
-impl std::fmt::Debug for Locks {
+impl std::fmt::Debug for RedisLocks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Locks")
+        f.debug_struct("RedisLocks")
             .field(
                 "keys",
                 &self.leases.iter().map(Lease::key).collect::<Vec<_>>(),
@@ -77,7 +80,7 @@ impl std::fmt::Debug for Locks {
     }
 }
 
-impl Locks {
+impl RedisLocks {
     pub(super) fn held(
         conn: RedisConnection,
         leases: Vec<Lease>,
@@ -146,7 +149,7 @@ impl Locks {
         self.leases.iter().map(Lease::key)
     }
 
-    /// The random tokens the keys hold, one per key, in the order of [`Locks::keys`].
+    /// The random tokens the keys hold, one per key, in the order of [`RedisLocks::keys`].
     pub fn tokens(&self) -> impl Iterator<Item = &str> {
         self.leases.iter().map(Lease::token)
     }
@@ -205,7 +208,33 @@ impl Locks {
     }
 }
 
-impl Drop for Locks {
+impl Held for RedisLocks {
+    fn is_bypassed(&self) -> bool {
+        RedisLocks::is_bypassed(self)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        RedisLocks::keys(self).collect()
+    }
+
+    fn tokens(&self) -> Vec<&str> {
+        RedisLocks::tokens(self).collect()
+    }
+
+    fn lost(&self) -> CancellationToken {
+        RedisLocks::lost(self)
+    }
+
+    fn ensure_held(&self) -> Result<(), LockError> {
+        RedisLocks::ensure_held(self)
+    }
+
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(RedisLocks::release(*self))
+    }
+}
+
+impl Drop for RedisLocks {
     fn drop(&mut self) {
         // Dropped without `release` (an error path, a timed-out request): free the keys now
         // rather than after their TTL, if a runtime is there to do it.

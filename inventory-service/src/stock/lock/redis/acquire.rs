@@ -1,4 +1,4 @@
-//! The Redis half of [`Locker::acquire_all`]: with this process's turns held, take each
+//! The Redis half of [`RedisLock::acquire_all`]: with this process's turns held, take each
 //! product's key (or use the one the previous local holder left, while it is young), retried
 //! with jittered backoff until the deadline; bypass without calling Redis once it is known
 //! down.
@@ -11,14 +11,14 @@ use platform::storage::redis::health::{RedisCallError, RedisHealth};
 use shared::ids::ProductId;
 
 use super::lease::{Lease, release_all, release_in_background};
-use super::{LockError, Locker, Locks, local};
+use super::{LockError, Locks, RedisLock, RedisLocks, local};
 use crate::metrics;
 
 /// First and largest pause between two tries of a busy lock (full jitter in between).
 const BACKOFF_BASE: Duration = Duration::from_millis(2);
 const BACKOFF_CAP: Duration = Duration::from_millis(50);
 
-impl Locker {
+impl RedisLock {
     /// With this process's turns on `ids`, takes their Redis keys (or the ones the previous
     /// local holders left).
     pub(super) async fn take_keys(
@@ -36,7 +36,9 @@ impl Locker {
             for turn in &mut turns {
                 drop(turn.take_kept());
             }
-            return Ok(self.bypass(&RedisCallError::Down).with_turns(turns));
+            return Ok(Locks::new(
+                self.bypass(&RedisCallError::Down).with_turns(turns),
+            ));
         }
         let mut leases = Vec::with_capacity(ids.len());
         // The first key to expire bounds them all.
@@ -76,7 +78,7 @@ impl Locker {
                         leases.push(lease);
                     }
                     release_in_background(&conn, std::mem::take(&mut leases));
-                    return Ok(self.bypass(&error).with_turns(turns));
+                    return Ok(Locks::new(self.bypass(&error).with_turns(turns)));
                 }
             }
         }
@@ -85,14 +87,16 @@ impl Locker {
         }
         inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
         metrics::lock_acquired(metrics::LockResult::Acquired, started.elapsed());
-        Ok(Locks::held(
-            conn,
-            leases,
-            valid_until.unwrap_or(started + ttl),
-            inner.options,
-            inner.health.clone(),
-        )
-        .with_turns(turns))
+        Ok(Locks::new(
+            RedisLocks::held(
+                conn,
+                leases,
+                valid_until.unwrap_or(started + ttl),
+                inner.options,
+                inner.health.clone(),
+            )
+            .with_turns(turns),
+        ))
     }
 }
 

@@ -1,4 +1,4 @@
-//! [`Locker::try_acquire_many`]: the locks of a batch's products in one Redis round trip,
+//! [`RedisLock::try_acquire_many`]: the locks of a batch's products in one Redis round trip,
 //! without waiting for the busy ones.
 
 use std::sync::LazyLock;
@@ -10,7 +10,7 @@ use redis::Script;
 use shared::ids::ProductId;
 
 use super::lease::{Lease, release_all, release_in_background};
-use super::{Locker, Locks, sorted_unique};
+use super::{Locks, Partial, RedisLock, RedisLocks, sorted_unique};
 use crate::metrics;
 
 /// `SET KEYS[i] ARGV[i + 1] NX PX ARGV[1]` for every key, in the order given (ascending
@@ -40,21 +40,12 @@ static TRY_MANY: LazyLock<Script> = LazyLock::new(|| {
 /// milliseconds.
 pub const TURN_WAIT: Duration = Duration::from_millis(50);
 
-/// The locks a batch could take, and the products it could not.
-#[derive(Debug)]
-pub struct Partial {
-    /// Held (or bypassed, when Redis is down): release them after commit.
-    pub locks: Locks,
-    /// Busy products, ascending: their work waits for a later batch.
-    pub busy: Vec<ProductId>,
-}
-
-impl Locker {
+impl RedisLock {
     /// Takes every free lock among `products` (duplicates ignored) in one Redis round trip,
     /// ascending ids, and reports the busy ones instead of waiting for them: a batch goes on
     /// with what it could lock. A product another task of this process holds is waited for
     /// in the local queue for [`TURN_WAIT`] at most, then busy too. When Redis fails, the
-    /// locks are bypassed as in [`Locker::acquire_all`].
+    /// locks are bypassed as in [`RedisLock::acquire_all`].
     pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
         let inner = &self.inner;
         let started = Instant::now();
@@ -80,7 +71,7 @@ impl Locker {
             for turn in &mut turns {
                 drop(turn.take_kept());
             }
-            let locks = self.bypass(&RedisCallError::Down).with_turns(turns);
+            let locks = Locks::new(self.bypass(&RedisCallError::Down).with_turns(turns));
             return Partial { locks, busy };
         }
         // A key the previous local holder left is used as it is, as in `acquire_all`.
@@ -119,7 +110,7 @@ impl Locker {
                 all.extend(leases.into_iter().flatten().map(|(lease, _)| lease));
                 release_in_background(&conn, all);
                 return Partial {
-                    locks: self.bypass(&error).with_turns(turns),
+                    locks: Locks::new(self.bypass(&error).with_turns(turns)),
                     busy,
                 };
             }
@@ -157,8 +148,10 @@ impl Locker {
             inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
             metrics::lock_acquired(metrics::LockResult::Acquired, started.elapsed());
         }
-        let locks = Locks::held(conn, held, valid_until, inner.options, inner.health.clone())
-            .with_turns(held_turns);
+        let locks = Locks::new(
+            RedisLocks::held(conn, held, valid_until, inner.options, inner.health.clone())
+                .with_turns(held_turns),
+        );
         Partial { locks, busy }
     }
 }

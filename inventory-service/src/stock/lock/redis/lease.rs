@@ -75,7 +75,7 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// One Redis key, wanted or held under one random token. The primitive under
-/// [`super::Locker`];
+/// [`super::RedisLock`];
 /// public so tests can play a second client that does not own the key.
 #[derive(Debug, Clone)]
 pub struct Lease {
