@@ -10,6 +10,8 @@ use platform::startup::BackingSettings;
 use platform::storage::redis::Sentinels;
 use platform::storage::tls::ClientTls;
 
+use crate::stock::lock;
+
 /// Everything the service reads from its environment, read once at start.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -41,6 +43,16 @@ pub struct Config {
     /// `ADMIN_TOKEN`: the bearer token admin endpoints require. Unset (the default): every
     /// admin request answers 401, and a warning is logged at start.
     pub admin_token: Option<String>,
+    /// `STOCK_LOCK`: the lock service behind the per-product stock lock: `redis` (the default,
+    /// `REDIS_URL`), `redlock` (`REDLOCK_URLS`) or `database` (no lock service: the rows of the
+    /// service's own database).
+    pub stock_lock: lock::Backend,
+    /// `REDLOCK_URLS`: the independent Redis masters of `STOCK_LOCK=redlock`, comma-separated;
+    /// at least 3 (an odd count wastes none). Empty otherwise.
+    pub redlock_urls: Vec<String>,
+    /// `REDLOCK_DRIFT_MS`: the clock drift Redlock allows for, beyond 1 % of `LOCK_TTL_MS`.
+    /// Default `2`.
+    pub redlock_drift: Duration,
     /// `LOCK_TTL_MS`: time to live of a product's Redis lock; renewed every third of it while
     /// held. Default `10000`; at least `100`.
     pub lock_ttl: Duration,
@@ -88,6 +100,9 @@ impl Default for Config {
             redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
             amqp_urls: vec!["amqp://guest:guest@127.0.0.1:5672/%2f".to_owned()],
             admin_token: None,
+            stock_lock: lock::Backend::default(),
+            redlock_urls: Vec::new(),
+            redlock_drift: Duration::from_millis(2),
             lock_ttl: Duration::from_millis(10_000),
             lock_wait: Duration::from_millis(5_000),
             request_timeout: Duration::from_secs(10),
@@ -122,6 +137,9 @@ impl Config {
             redis_timeout: config::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
             amqp_urls: config::amqp_nodes(&defaults.amqp_urls[0])?,
             admin_token: config::optional("ADMIN_TOKEN"),
+            stock_lock: config::parsed("STOCK_LOCK", defaults.stock_lock)?,
+            redlock_urls: redlock_urls()?,
+            redlock_drift: config::millis_at_least("REDLOCK_DRIFT_MS", 2, 0)?,
             // Below 100 ms a renewal every third of the TTL races its own expiry.
             lock_ttl: config::millis_at_least("LOCK_TTL_MS", 10_000, 100)?,
             lock_wait: config::millis_at_least("LOCK_WAIT_MS", 5_000, 1)?,
@@ -147,6 +165,38 @@ impl Config {
             tls: ClientTls::from_env()?,
         })
     }
+}
+
+/// `REDLOCK_URLS` when `STOCK_LOCK=redlock`: at least [`lock::redlock::MIN_MASTERS`] Redis
+/// URLs; an entry that is not one is named by its position (a URL may carry a password).
+fn redlock_urls() -> anyhow::Result<Vec<String>> {
+    let redlock =
+        config::optional("STOCK_LOCK").is_some_and(|value| value.trim() == lock::redlock::BACKEND);
+    let Some(list) = config::optional("REDLOCK_URLS").filter(|_| redlock) else {
+        anyhow::ensure!(
+            !redlock,
+            "environment variable REDLOCK_URLS is not set: STOCK_LOCK=redlock needs at least {} \
+             independent Redis masters",
+            lock::redlock::MIN_MASTERS
+        );
+        return Ok(Vec::new());
+    };
+    let urls: Vec<String> = list.split(',').map(|url| url.trim().to_owned()).collect();
+    for (position, url) in urls.iter().enumerate() {
+        redis::Client::open(url.as_str()).map_err(|_| {
+            anyhow::anyhow!(
+                "environment variable REDLOCK_URLS: entry {} is not a Redis URL",
+                position + 1
+            )
+        })?;
+    }
+    anyhow::ensure!(
+        urls.len() >= lock::redlock::MIN_MASTERS,
+        "environment variable REDLOCK_URLS names {} Redis masters: Redlock needs at least {}",
+        urls.len(),
+        lock::redlock::MIN_MASTERS
+    );
+    Ok(urls)
 }
 
 impl Config {

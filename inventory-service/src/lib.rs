@@ -80,19 +80,52 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         redis,
         redis_health,
         broker,
-        readiness,
+        mut readiness,
     } = Backing::connect(config.backing(), migrators()).await?;
     // The one place the stock lock's implementation is chosen.
-    let locker = lock::Locker::new(lock::RedisLock::new(
-        redis.clone(),
-        RedisKeys::new(config.redis_key_prefix.clone()),
-        lock::LockOptions {
-            ttl: config.lock_ttl,
-            wait: config.lock_wait,
-            renew: true,
-        },
-        redis_health.clone(),
-    ));
+    let options = lock::LockOptions {
+        ttl: config.lock_ttl,
+        wait: config.lock_wait,
+        renew: true,
+    };
+    let locker = match config.stock_lock {
+        lock::Backend::Redis => lock::Locker::new(lock::RedisLock::new(
+            redis.clone(),
+            RedisKeys::new(config.redis_key_prefix.clone()),
+            options,
+            redis_health.clone(),
+        )),
+        lock::Backend::Redlock => {
+            let masters = config
+                .redlock_urls
+                .iter()
+                .map(|url| {
+                    platform::storage::redis::connect_with_timeout(
+                        url,
+                        None,
+                        config.redis_timeout,
+                        config.tls.redis_ca.as_ref(),
+                    )
+                })
+                .collect::<anyhow::Result<Vec<_>>>()
+                .context("REDLOCK_URLS")?;
+            // The masters are the lock service: a minority down changes nothing, a majority
+            // down bypasses the lock (counted), as with one Redis down.
+            readiness.redis = None;
+            lock::Locker::new(lock::redlock::Redlock::new(
+                masters,
+                RedisKeys::new(config.redis_key_prefix.clone()),
+                options,
+                config.redlock_drift,
+            ))
+        }
+        lock::Backend::Database => {
+            // Nothing of this service's is kept in Redis then: its readiness does not hang on it.
+            readiness.redis = None;
+            lock::Locker::new(lock::database::RowLock::new(options))
+        }
+    };
+    metrics::register_lock(locker.backend());
     let deductions = deductions::Deductions::new(db.clone(), locker.clone());
     let hold_ends = holds::batched::Ends::spawn(&db);
     Ok(AppState {

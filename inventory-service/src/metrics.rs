@@ -7,7 +7,7 @@ use platform::telemetry::metrics::zero_counter;
 
 use crate::holds::view::HoldState;
 
-/// `lock_acquisitions_total{result}`: one per acquisition of the locks a deduction needs
+/// `lock_acquisitions_total{result, backend}`: one per acquisition of the locks a deduction needs
 /// (`acquired`, `timeout`, `bypassed` when Redis was unreachable), plus one `lost` per
 /// holder that learned its locks were lost before commit.
 pub const LOCK_ACQUISITIONS_TOTAL: &str = "lock_acquisitions_total";
@@ -61,12 +61,6 @@ pub fn register() {
         DEDUCTIONS_TOTAL,
         "Direct deductions (POST /deductions), by result"
     );
-    zero_counter(
-        LOCK_ACQUISITIONS_TOTAL,
-        "result",
-        &["acquired", "timeout", "lost", "bypassed"],
-    );
-    zero_counter(LOCK_RENEWALS_TOTAL, "", &[]);
     zero_counter(DEDUCTION_VERSION_CONFLICTS_TOTAL, "", &[]);
     zero_counter(
         DEDUCTIONS_TOTAL,
@@ -100,25 +94,38 @@ pub fn register() {
     let _registered = metrics::histogram!(LOCK_WAIT_SECONDS);
 }
 
-pub fn lock_acquired(result: LockResult, waited: Duration) {
+/// Registers the stock lock's series at zero for the lock service start-up chose: the
+/// `backend` label names it (`redis`, `database`).
+pub fn register_lock(backend: &'static str) {
+    for result in ["acquired", "timeout", "lost", "bypassed"] {
+        metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => result, "backend" => backend)
+            .absolute(0);
+    }
+    metrics::counter!(LOCK_RENEWALS_TOTAL, "backend" => backend).absolute(0);
+}
+
+pub fn lock_acquired(backend: &'static str, result: LockResult, waited: Duration) {
     let label = match result {
         LockResult::Acquired => "acquired",
         LockResult::Timeout => "timeout",
     };
-    metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => label).increment(1);
+    metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => label, "backend" => backend)
+        .increment(1);
     metrics::histogram!(LOCK_WAIT_SECONDS).record(waited.as_secs_f64());
 }
 
-pub fn lock_bypassed() {
-    metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => "bypassed").increment(1);
+pub fn lock_bypassed(backend: &'static str) {
+    metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => "bypassed", "backend" => backend)
+        .increment(1);
 }
 
-pub fn lock_lost() {
-    metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => "lost").increment(1);
+pub fn lock_lost(backend: &'static str) {
+    metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => "lost", "backend" => backend)
+        .increment(1);
 }
 
-pub fn lock_renewed() {
-    metrics::counter!(LOCK_RENEWALS_TOTAL).increment(1);
+pub fn lock_renewed(backend: &'static str) {
+    metrics::counter!(LOCK_RENEWALS_TOTAL, "backend" => backend).increment(1);
 }
 
 pub fn version_conflict() {

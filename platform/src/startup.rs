@@ -69,7 +69,7 @@ impl Backing {
         let broker = Broker::cluster(settings.amqp_urls, settings.tls.amqp_ca.clone());
         let readiness = Readiness {
             db: db.clone(),
-            redis: redis.clone(),
+            redis: Some(redis.clone()),
             broker_up: broker.up(),
             draining: CancellationToken::new(),
         };

@@ -128,7 +128,7 @@ async fn readiness(db: Database) -> Readiness {
     .expect("Redis");
     Readiness {
         db,
-        redis,
+        redis: Some(redis),
         broker_up: tokio::sync::watch::channel(true).1,
         draining: CancellationToken::new(),
     }

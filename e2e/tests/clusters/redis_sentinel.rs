@@ -205,7 +205,11 @@ async fn a_sentinel_failover_under_load_oversells_nothing_and_keeps_one_order_pe
     );
     let (mut bypassed, mut conflicts) = (0.0, 0.0);
     for base in fleet.inventory_bases() {
-        bypassed += scrape_metric(&base, r#"lock_acquisitions_total{result="bypassed"}"#).await;
+        bypassed += scrape_metric(
+            &base,
+            r#"lock_acquisitions_total{result="bypassed",backend="redis"}"#,
+        )
+        .await;
         conflicts += scrape_metric(&base, "deduction_version_conflicts_total").await;
     }
     println!(

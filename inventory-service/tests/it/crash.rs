@@ -166,7 +166,7 @@ async fn an_instance_paused_past_its_lock_ttl_loses_its_lock_and_cannot_oversell
     // the scenario's input, not a wait: three lock TTLs, so every lock the paused instance
     // held expires and the other instance can take it).
     let paused_base = format!("http://{paused_addr}");
-    let lost = r#"lock_acquisitions_total{result="lost"}"#;
+    let lost = r#"lock_acquisitions_total{result="lost",backend="redis"}"#;
     let mut published = ORDERS_FOR_PAUSES;
     let mut pauses = 0;
     while testkit::scrape_metric(&paused_base, lost).await < 1.0 {

@@ -33,11 +33,11 @@ async fn every_lock_and_deduction_metric_is_exposed(backend: Backend) {
     assert_eq!(app.deduct("d", &[(1, 1)]).await.status(), 200);
     let text = app.metrics().await;
     for series in [
-        r#"lock_acquisitions_total{result="acquired"}"#,
-        r#"lock_acquisitions_total{result="timeout"}"#,
-        r#"lock_acquisitions_total{result="lost"}"#,
-        r#"lock_acquisitions_total{result="bypassed"}"#,
-        "lock_renewals_total",
+        r#"lock_acquisitions_total{result="acquired",backend="redis"}"#,
+        r#"lock_acquisitions_total{result="timeout",backend="redis"}"#,
+        r#"lock_acquisitions_total{result="lost",backend="redis"}"#,
+        r#"lock_acquisitions_total{result="bypassed",backend="redis"}"#,
+        r#"lock_renewals_total{backend="redis"}"#,
         "deduction_version_conflicts_total",
         "lock_wait_seconds_bucket",
         r#"deductions_total{result="applied"}"#,

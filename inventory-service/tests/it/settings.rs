@@ -10,6 +10,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("LOCK_TTL_MS", "10"),
     ("LOCK_TTL_MS", "ten seconds"),
     ("LOCK_WAIT_MS", "0"),
+    ("STOCK_LOCK", "zookeeper"),
+    // Redlock without its masters.
+    ("STOCK_LOCK", "redlock"),
     ("CONSUMER_CONCURRENCY", "-1"),
     ("RESERVATIONS_REQUIRE_ADMIN", "yes"),
     ("CORS_ALLOWED_ORIGINS", "https://shop.example/"),

@@ -19,7 +19,7 @@ async fn a_deduction_counts_one_lock_acquisition() {
     let _turn = TURN.lock().await;
     let app = TestApp::spawn().await;
     app.create_product(1, 1).await;
-    let acquired = r#"lock_acquisitions_total{result="acquired"}"#;
+    let acquired = r#"lock_acquisitions_total{result="acquired",backend="redis"}"#;
     let before = scrape_metric(&app.url(""), acquired).await;
     assert_eq!(app.deduct("d", &[(1, 1)]).await.status(), 200);
     assert_eq!(scrape_metric(&app.url(""), acquired).await, before + 1.0);
@@ -34,7 +34,7 @@ async fn with_redis_unreachable_deductions_go_on_without_the_lock_and_still_appl
     })
     .await;
     app.create_product(1, 50).await;
-    let bypassed = r#"lock_acquisitions_total{result="bypassed"}"#;
+    let bypassed = r#"lock_acquisitions_total{result="bypassed",backend="redis"}"#;
     let before = scrape_metric(&app.url(""), bypassed).await;
     let batches_before = app.deductions.stats().batches;
 

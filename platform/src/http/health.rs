@@ -19,7 +19,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct Readiness {
     pub db: Database,
-    pub redis: RedisConnection,
+    /// `None` for a service that keeps nothing in Redis (inventory-service on the database's
+    /// row locks): Redis is then no concern of its readiness.
+    pub redis: Option<RedisConnection>,
     /// `true` while the broker connection is up; kept current by the broker supervisor.
     pub broker_up: watch::Receiver<bool>,
     /// Cancelled when a shutdown signal arrives ([`crate::shutdown::on_signal`]): from then on
@@ -47,7 +49,9 @@ impl Readiness {
                 .unwrap_or(false)
         };
         let redis = async {
-            let mut conn = self.redis.clone();
+            let Some(mut conn) = self.redis.clone() else {
+                return true;
+            };
             tokio::time::timeout(PROBE_TIMEOUT, crate::storage::redis::ping(&mut conn))
                 .await
                 .unwrap_or(false)

@@ -1,6 +1,8 @@
-//! The stock lock: one interface ([`StockLock`]), chosen once at start, and what its holders
-//! get back ([`Locks`]). Today's implementation is one Redis ([`redis`]); another lock service
-//! is one more module beside it, implementing the same two traits.
+//! The stock lock: one interface ([`StockLock`]), chosen once at start (`STOCK_LOCK`), and what
+//! its holders get back ([`Locks`]). The implementations: one Redis ([`redis`], the default),
+//! Redlock over independent Redis masters ([`redlock`]) and the database's own row locks
+//! ([`database`]); another lock service is one more module beside them, implementing the same
+//! two traits.
 //!
 //! A lock keeps contention cheap; it is **not** what keeps stock correct. Every stock write
 //! is a conditional update (the version read, `stock + delta >= 0`) of what the stock engine
@@ -15,7 +17,9 @@
 //!   right before commit and then rolls back;
 //! - when the lock service cannot be reached, locks that hold nothing instead of an error.
 
+pub mod database;
 pub mod redis;
+pub mod redlock;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +29,44 @@ use shared::ids::ProductId;
 use tokio_util::sync::CancellationToken;
 
 pub use redis::{Lease, MAX_HAND_OVERS, RedisLock, WAITER_TTL, waiter_key};
+
+/// The lock services `STOCK_LOCK` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// One Redis, or the master its Sentinels name (`REDIS_URL`): [`redis::RedisLock`].
+    #[default]
+    Redis,
+    /// A majority of independent Redis masters (`REDLOCK_URLS`): [`redlock::Redlock`].
+    Redlock,
+    /// No lock service: the rows of the service's own database ([`database::RowLock`]).
+    Database,
+}
+
+impl Backend {
+    pub const ALL: [Self; 3] = [Self::Redis, Self::Redlock, Self::Database];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Redis => redis::BACKEND,
+            Self::Redlock => redlock::BACKEND,
+            Self::Database => database::BACKEND,
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|backend| backend.as_str() == value.trim())
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|b| b.as_str()).collect();
+                format!("not one of {}", names.join(", "))
+            })
+    }
+}
 
 /// How locks are taken and kept.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +120,9 @@ pub trait StockLock: Send + Sync + 'static {
     fn options(&self) -> LockOptions;
 
     fn stats(&self) -> LockStats;
+
+    /// What `STOCK_LOCK` names it, and its metrics' `backend` label.
+    fn backend(&self) -> &'static str;
 }
 
 /// What a holder of some locks has, as one implementation keeps it.
@@ -87,7 +132,8 @@ pub trait Held: Send + Sync {
     /// The names of the locks held (keys), in the order they were taken.
     fn keys(&self) -> Vec<&str>;
     /// What tells this holder's locks from any other's (a random token, a revision), one
-    /// per key, in the order of [`Held::keys`].
+    /// per key, in the order of [`Held::keys`]; none when the lock is the holder's own
+    /// transaction's (the database's row locks).
     fn tokens(&self) -> Vec<&str>;
     /// Cancelled as soon as a lock is found lost.
     fn lost(&self) -> CancellationToken;
@@ -187,11 +233,16 @@ impl Locker {
     pub fn stats(&self) -> LockStats {
         self.0.stats()
     }
+
+    pub fn backend(&self) -> &'static str {
+        self.0.backend()
+    }
 }
 
 impl std::fmt::Debug for Locker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Locker")
+            .field("backend", &self.backend())
             .field("options", &self.options())
             .finish_non_exhaustive()
     }

@@ -11,7 +11,7 @@ use platform::storage::redis::health::{RedisCallError, RedisHealth};
 use shared::ids::ProductId;
 
 use super::lease::{Lease, release_all, release_in_background};
-use super::{LockError, Locks, RedisLock, RedisLocks, local};
+use super::{BACKEND, LockError, Locks, RedisLock, RedisLocks, local};
 use crate::metrics;
 
 /// First and largest pause between two tries of a busy lock (full jitter in between).
@@ -86,7 +86,7 @@ impl RedisLock {
             tracing::info!("Redis is reachable again: stock deductions take their locks again");
         }
         inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_acquired(metrics::LockResult::Acquired, started.elapsed());
+        metrics::lock_acquired(BACKEND, metrics::LockResult::Acquired, started.elapsed());
         Ok(Locks::new(
             RedisLocks::held(
                 conn,

@@ -10,7 +10,7 @@ use redis::Script;
 use shared::ids::ProductId;
 
 use super::lease::{Lease, release_all, release_in_background};
-use super::{Locks, Partial, RedisLock, RedisLocks, sorted_unique};
+use super::{BACKEND, Locks, Partial, RedisLock, RedisLocks, sorted_unique};
 use crate::metrics;
 
 /// `SET KEYS[i] ARGV[i + 1] NX PX ARGV[1]` for every key, in the order given (ascending
@@ -146,7 +146,7 @@ impl RedisLock {
         }
         if !held.is_empty() {
             inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
-            metrics::lock_acquired(metrics::LockResult::Acquired, started.elapsed());
+            metrics::lock_acquired(BACKEND, metrics::LockResult::Acquired, started.elapsed());
         }
         let locks = Locks::new(
             RedisLocks::held(conn, held, valid_until, inner.options, inner.health.clone())

@@ -45,7 +45,7 @@ impl HeldState {
     fn mark_lost(&self) {
         self.lost.cancel();
         if !self.reported.swap(true, Ordering::Relaxed) {
-            metrics::lock_lost();
+            metrics::lock_lost(super::BACKEND);
         }
     }
 }
@@ -276,7 +276,7 @@ async fn renew_until_stopped(
                 break;
             }
             match lease.renew(&mut conn, ttl).await {
-                Ok(true) => metrics::lock_renewed(),
+                Ok(true) => metrics::lock_renewed(super::BACKEND),
                 Ok(false) => {
                     if !stop.is_cancelled() {
                         tracing::warn!(

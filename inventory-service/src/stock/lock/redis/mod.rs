@@ -69,6 +69,9 @@ pub use lease::{Lease, WAITER_TTL, waiter_key};
 pub use local::MAX_HAND_OVERS;
 
 use super::{LockError, LockOptions, LockStats, Locks, Partial, StockLock};
+
+/// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
+pub const BACKEND: &str = "redis";
 use crate::metrics;
 
 #[derive(Debug, Default)]
@@ -146,7 +149,7 @@ impl RedisLock {
 
     fn timed_out(&self, started: Instant) -> LockError {
         self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_acquired(metrics::LockResult::Timeout, started.elapsed());
+        metrics::lock_acquired(BACKEND, metrics::LockResult::Timeout, started.elapsed());
         LockError::Timeout(self.inner.options.wait)
     }
 
@@ -190,7 +193,7 @@ impl RedisLock {
             );
         }
         self.inner.counters.bypassed.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_bypassed();
+        metrics::lock_bypassed(BACKEND);
         RedisLocks::bypassed()
     }
 }
@@ -213,6 +216,10 @@ impl StockLock for RedisLock {
 
     fn stats(&self) -> LockStats {
         RedisLock::stats(self)
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
     }
 }
 

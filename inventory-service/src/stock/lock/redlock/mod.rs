@@ -1,0 +1,357 @@
+//! [`Redlock`]: the stock lock over several independent Redis masters (`STOCK_LOCK=redlock`,
+//! `REDLOCK_URLS`), by the Redlock algorithm: a lock is held when a majority of the masters
+//! took it for the holder's random token, and only for its validity, the TTL less the time
+//! spent taking it and an allowance for clock drift (`REDLOCK_DRIFT_MS` plus 1 % of the
+//! TTL). A minority of masters down, or slow, changes nothing.
+//!
+//! - **Acquire** ([`Redlock::acquire_all`]): every master is asked at once to take all of the
+//!   batch's keys or none ([`scripts`]); a majority that took them within the validity holds
+//!   the lock. Otherwise every master is asked to free what it took, and the try starts again
+//!   after a jittered pause, until `LOCK_WAIT_MS`.
+//! - **Batches** ([`Redlock::try_acquire_many`]): one round; each key held by a majority is
+//!   the batch's, the others are freed everywhere and reported busy.
+//! - **Renewal**: every `ttl / 3` the watchdog asks every master to extend all of the holder's
+//!   keys that still hold its token; a majority extends the validity. Once a majority can no
+//!   longer be reached (keys gone or taken on too many masters), or the validity ran out
+//!   without a majority renewing, the lock is lost ([`super::Locks::ensure_held`] fails before
+//!   commit).
+//! - **Unreachable**: when fewer than a majority of the masters answer at all, the holder gets
+//!   locks that hold nothing, as with one Redis down: the conditional update decides.
+//!
+//! No local queue and no hand-over: a deductions leader already serialises its product set
+//! within the process, and every holder takes its keys afresh.
+
+mod held;
+mod scripts;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
+use platform::storage::redis::RedisConnection;
+use shared::ids::ProductId;
+use shared::keys::RedisKeys;
+use uuid::Uuid;
+
+use self::held::RedlockHeld;
+use super::{LockError, LockOptions, LockStats, Locks, Partial, StockLock};
+use crate::metrics;
+
+/// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
+pub const BACKEND: &str = "redlock";
+
+/// The fewest masters Redlock runs on: with fewer, one master's loss loses every lock.
+pub const MIN_MASTERS: usize = 3;
+
+/// First and largest pause between two tries of a busy lock (full jitter in between).
+const BACKOFF_BASE: Duration = Duration::from_millis(2);
+const BACKOFF_CAP: Duration = Duration::from_millis(50);
+
+/// Takes per-product locks on a majority of independent Redis masters. Cheap to clone.
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    masters: Vec<RedisConnection>,
+    keys: RedisKeys,
+    options: LockOptions,
+    /// The fixed part of the drift allowance (`REDLOCK_DRIFT_MS`).
+    drift: Duration,
+    /// Set while fewer than a majority answer, so that is logged once per outage.
+    unreachable: AtomicBool,
+    acquired: AtomicU64,
+    timeouts: AtomicU64,
+    bypassed: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("masters", &self.inner.masters.len())
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redlock {
+    /// A lock over `masters` (at least [`MIN_MASTERS`]; start-up checks `REDLOCK_URLS`).
+    pub fn new(
+        masters: Vec<RedisConnection>,
+        keys: RedisKeys,
+        options: LockOptions,
+        drift: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                masters,
+                keys,
+                options,
+                drift,
+                unreachable: AtomicBool::new(false),
+                acquired: AtomicU64::new(0),
+                timeouts: AtomicU64::new(0),
+                bypassed: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// How many masters make a majority.
+    pub fn quorum(&self) -> usize {
+        self.inner.masters.len() / 2 + 1
+    }
+
+    /// The allowance for clock drift between this process and the masters over one TTL.
+    fn drift(&self) -> Duration {
+        self.inner.drift + self.inner.options.ttl / 100
+    }
+
+    /// Until when a lock whose winning round was sent at `sent` is ours, if it still is.
+    fn valid_until(&self, sent: Instant) -> Option<Instant> {
+        let until = sent + self.inner.options.ttl.checked_sub(self.drift())?;
+        (Instant::now() < until).then_some(until)
+    }
+
+    /// The Redis key of `product`'s lock (the same name on every master).
+    pub fn key(&self, product: ProductId) -> String {
+        self.inner.keys.product_lock(product)
+    }
+
+    fn keys_of(&self, products: &[ProductId]) -> Vec<String> {
+        let mut ids = products.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter().map(|id| self.key(id)).collect()
+    }
+
+    /// Locks every product of `products` (duplicates ignored) on a majority of the masters.
+    pub async fn acquire_all(&self, products: &[ProductId]) -> Result<Locks, LockError> {
+        let keys = self.keys_of(products);
+        let token = Uuid::new_v4().to_string();
+        let ttl = self.inner.options.ttl;
+        let started = Instant::now();
+        let deadline = started + self.inner.options.wait;
+        let mut attempt = 0;
+        let quorum = self.quorum();
+        loop {
+            let sent = Instant::now();
+            // Done once a majority took the keys: a slow or frozen master costs nothing then.
+            let answers = self
+                .ask(
+                    |mut conn, keys, token| async move {
+                        scripts::take_all(&mut conn, &keys, &token, ttl).await
+                    },
+                    &keys,
+                    &token,
+                    |answers: &[redis::RedisResult<bool>], _| {
+                        answers.iter().filter(|a| matches!(a, Ok(true))).count() >= quorum
+                    },
+                )
+                .await;
+            let taken = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+            if taken >= self.quorum()
+                && let Some(until) = self.valid_until(sent)
+            {
+                return Ok(self.held(keys, token, until, started));
+            }
+            // A minority took the keys, or a majority too late: free them everywhere (a
+            // master that did not answer may still have run the script).
+            self.release_everywhere(&keys, &token);
+            let answered = answers.iter().filter(|a| a.is_ok()).count();
+            if answered < self.quorum() {
+                return Ok(self.bypass(&answers));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.inner.timeouts.fetch_add(1, Ordering::Relaxed);
+                metrics::lock_acquired(BACKEND, metrics::LockResult::Timeout, started.elapsed());
+                return Err(LockError::Timeout(self.inner.options.wait));
+            }
+            let pause =
+                platform::retry::backoff(attempt, BACKOFF_BASE, BACKOFF_CAP).min(deadline - now);
+            attempt += 1;
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Takes, in one round, every product of `products` a majority of the masters can give;
+    /// frees the others everywhere and reports them busy.
+    pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
+        let keys = self.keys_of(products);
+        let token = Uuid::new_v4().to_string();
+        let ttl = self.inner.options.ttl;
+        let started = Instant::now();
+        let quorum = self.quorum();
+        let count = keys.len();
+        // Done once every key is decided: taken by a majority, or past reaching one.
+        let answers = self
+            .ask(
+                |mut conn, keys, token| async move {
+                    scripts::take_each(&mut conn, &keys, &token, ttl).await
+                },
+                &keys,
+                &token,
+                |answers: &[redis::RedisResult<Vec<bool>>], pending| {
+                    // Whether a majority answers at all must be known too: fewer bypass.
+                    let ok = answers.iter().filter(|a| a.is_ok()).count();
+                    (ok >= quorum || ok + pending < quorum)
+                        && (0..count).all(|i| {
+                            let votes = answers
+                                .iter()
+                                .filter(|a| matches!(a, Ok(taken) if taken.get(i) == Some(&true)))
+                                .count();
+                            votes >= quorum || votes + pending < quorum
+                        })
+                },
+            )
+            .await;
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        if answered < quorum {
+            self.release_everywhere(&keys, &token);
+            return Partial {
+                locks: self.bypass(&answers),
+                busy: Vec::new(),
+            };
+        }
+        let votes = |i: usize| {
+            answers
+                .iter()
+                .filter(|a| matches!(a, Ok(taken) if taken.get(i) == Some(&true)))
+                .count()
+        };
+        let until = self.valid_until(started);
+        let (mut held, mut freed, mut busy) = (Vec::new(), Vec::new(), Vec::new());
+        let mut ids = products.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        for (i, (key, id)) in keys.into_iter().zip(ids).enumerate() {
+            if until.is_some() && votes(i) >= self.quorum() {
+                held.push(key);
+            } else {
+                freed.push(key);
+                busy.push(id);
+            }
+        }
+        self.release_everywhere(&freed, &token);
+        let locks = match until {
+            Some(until) if !held.is_empty() => self.held(held, token, until, started),
+            _ => Locks::new(RedlockHeld::nothing()),
+        };
+        Partial { locks, busy }
+    }
+
+    fn held(&self, keys: Vec<String>, token: String, until: Instant, started: Instant) -> Locks {
+        if self.inner.unreachable.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                "a majority of the Redlock masters answers again: locks are taken again"
+            );
+        }
+        self.inner.acquired.fetch_add(1, Ordering::Relaxed);
+        metrics::lock_acquired(BACKEND, metrics::LockResult::Acquired, started.elapsed());
+        Locks::new(RedlockHeld::held(self.clone(), keys, token, until))
+    }
+
+    /// Locks that hold nothing: fewer than a majority of the masters answered.
+    fn bypass<T>(&self, answers: &[redis::RedisResult<T>]) -> Locks {
+        self.inner.failures.fetch_add(1, Ordering::Relaxed);
+        if !self.inner.unreachable.swap(true, Ordering::Relaxed) {
+            let error = answers
+                .iter()
+                .find_map(|a| a.as_ref().err())
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            tracing::warn!(
+                %error,
+                "fewer than a majority of the Redlock masters answer: deducting stock without \
+                 locks until they do (the conditional update keeps stock correct)"
+            );
+        }
+        self.inner.bypassed.fetch_add(1, Ordering::Relaxed);
+        metrics::lock_bypassed(BACKEND);
+        Locks::new(RedlockHeld::bypassed())
+    }
+
+    /// Asks every master at once with `call` and collects the answers as they come, until
+    /// `done(answers, still pending)` or every master answered (or timed out, after
+    /// `REDIS_TIMEOUT_MS`). A call left pending may still run on its master: whatever it set
+    /// holds the caller's token, and is freed with the rest.
+    async fn ask<T, F, Fut>(
+        &self,
+        call: F,
+        keys: &[String],
+        token: &str,
+        done: impl Fn(&[redis::RedisResult<T>], usize) -> bool,
+    ) -> Vec<redis::RedisResult<T>>
+    where
+        F: Fn(RedisConnection, Vec<String>, String) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let mut pending: FuturesUnordered<Fut> = self
+            .inner
+            .masters
+            .iter()
+            .map(|master| call(master.clone(), keys.to_vec(), token.to_owned()))
+            .collect();
+        let mut answers = Vec::with_capacity(pending.len());
+        while let Some(answer) = pending.next().await {
+            answers.push(answer);
+            if done(&answers, pending.len()) {
+                break;
+            }
+        }
+        answers
+    }
+
+    /// Frees `keys` that hold `token` on every master, in the background: the holder does
+    /// not wait for a slow master, and one that does not answer lets them expire.
+    fn release_everywhere(&self, keys: &[String], token: &str) {
+        if keys.is_empty() {
+            return;
+        }
+        for master in &self.inner.masters {
+            let (mut conn, keys, token) = (master.clone(), keys.to_vec(), token.to_owned());
+            tokio::spawn(async move {
+                if let Err(error) = scripts::release_all(&mut conn, &keys, &token).await {
+                    tracing::debug!(%error, "could not free a Redlock key; it expires");
+                }
+            });
+        }
+    }
+}
+
+impl StockLock for Redlock {
+    fn acquire_all<'a>(
+        &'a self,
+        products: &'a [ProductId],
+    ) -> BoxFuture<'a, Result<Locks, LockError>> {
+        Box::pin(Redlock::acquire_all(self, products))
+    }
+
+    fn try_acquire_many<'a>(&'a self, products: &'a [ProductId]) -> BoxFuture<'a, Partial> {
+        Box::pin(Redlock::try_acquire_many(self, products))
+    }
+
+    fn options(&self) -> LockOptions {
+        self.inner.options
+    }
+
+    fn stats(&self) -> LockStats {
+        let inner = &self.inner;
+        LockStats {
+            acquired: inner.acquired.load(Ordering::Relaxed),
+            timeouts: inner.timeouts.load(Ordering::Relaxed),
+            bypassed: inner.bypassed.load(Ordering::Relaxed),
+            service_failures: inner.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}

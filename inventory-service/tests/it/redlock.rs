@@ -1,0 +1,209 @@
+//! `STOCK_LOCK=redlock`: locks on a majority of three independent Redis masters of the test's
+//! own. One holder at a time; a minority of masters frozen changes nothing, a majority
+//! frozen bypasses the lock; a holder that stops renewing learns before commit that its lock
+//! is gone; and two instances on it, with a master frozen mid-sale, sell exactly the stock.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use inventory_service::stock::lock::redlock::Redlock;
+use inventory_service::stock::lock::{Backend as LockBackend, LockError, LockOptions};
+use platform::storage::redis::connect_with_timeout;
+use shared::ids::ProductId;
+use shared::keys::RedisKeys;
+use testkit::redis::PrivateRedis;
+use testkit::{Backend, redis_prefix};
+
+use crate::helpers::{TestApp, deduction_body};
+
+const PRODUCT: ProductId = ProductId(7);
+
+async fn three_masters() -> Vec<PrivateRedis> {
+    join_all((0..3).map(|_| PrivateRedis::start())).await
+}
+
+/// A Redlock over `masters` with `prefix`: lockers sharing a prefix play separate processes.
+fn redlock(masters: &[PrivateRedis], prefix: &str, options: LockOptions) -> Redlock {
+    let conns = masters
+        .iter()
+        .map(|m| {
+            connect_with_timeout(&m.url, None, Duration::from_millis(300), None)
+                .expect("a Redis manager")
+        })
+        .collect();
+    Redlock::new(
+        conns,
+        RedisKeys::new(prefix),
+        options,
+        Duration::from_millis(2),
+    )
+}
+
+fn options(ttl_ms: u64, wait_ms: u64, renew: bool) -> LockOptions {
+    LockOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::from_millis(wait_ms),
+        renew,
+    }
+}
+
+#[tokio::test]
+async fn one_holder_at_a_time_and_the_next_after_its_release() {
+    let masters = three_masters().await;
+    let prefix = redis_prefix();
+    let (a, b) = (
+        redlock(&masters, &prefix, options(10_000, 200, true)),
+        redlock(&masters, &prefix, options(10_000, 200, true)),
+    );
+    assert_eq!(a.quorum(), 2);
+    let held = a.acquire_all(&[PRODUCT]).await.expect("a's lock");
+    assert!(!held.is_bypassed());
+    let key = a.key(PRODUCT);
+    for master in &masters {
+        let mut conn = master.connection().await;
+        let value: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        assert_eq!(
+            value.as_deref(),
+            held.tokens().next(),
+            "taken on every master"
+        );
+    }
+    assert_eq!(
+        b.acquire_all(&[PRODUCT]).await.expect_err("busy"),
+        LockError::Timeout(Duration::from_millis(200))
+    );
+    let partial = b.try_acquire_many(&[PRODUCT, ProductId(8)]).await;
+    assert_eq!(partial.busy, vec![PRODUCT], "only the held product is busy");
+    partial.locks.release().await;
+    held.release().await;
+    let again = b
+        .acquire_all(&[PRODUCT])
+        .await
+        .expect("b's lock after the release");
+    assert!(!again.is_bypassed());
+    again.release().await;
+}
+
+#[tokio::test]
+async fn a_minority_frozen_changes_nothing_and_a_majority_frozen_bypasses() {
+    let mut masters = three_masters().await;
+    let lock = redlock(&masters, &redis_prefix(), options(600, 2_000, true));
+    masters[0].freeze();
+    let held = lock
+        .acquire_all(&[PRODUCT])
+        .await
+        .expect("a lock with two masters");
+    assert!(!held.is_bypassed());
+    // Several renewals later it is still ours, renewed by the two that answer.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(held.ensure_held(), Ok(()));
+    held.release().await;
+
+    masters[1].freeze();
+    let bypassed = lock
+        .acquire_all(&[PRODUCT])
+        .await
+        .expect("bypassed, not failed");
+    assert!(bypassed.is_bypassed());
+    assert_eq!(bypassed.ensure_held(), Ok(()));
+    assert_eq!(
+        inventory_service::stock::lock::StockLock::stats(&lock).bypassed,
+        1
+    );
+    masters[0].resume();
+    masters[1].resume();
+}
+
+#[tokio::test]
+async fn a_holder_that_stops_renewing_learns_before_commit_that_its_lock_is_gone() {
+    let masters = three_masters().await;
+    let prefix = redis_prefix();
+    let stalled = redlock(&masters, &prefix, options(300, 1_000, false));
+    let held = stalled.acquire_all(&[PRODUCT]).await.expect("the lock");
+    assert_eq!(held.ensure_held(), Ok(()));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        held.ensure_held(),
+        Err(LockError::Lost),
+        "past its validity"
+    );
+    let next = redlock(&masters, &prefix, options(10_000, 1_000, true));
+    let taken = next.acquire_all(&[PRODUCT]).await.expect("free again");
+    assert!(!taken.is_bypassed());
+    // The stalled holder's release frees nothing of the new holder's.
+    held.release().await;
+    assert_eq!(taken.ensure_held(), Ok(()));
+    taken.release().await;
+}
+
+testkit::on_each_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    two_instances_on_redlock_with_a_master_frozen_mid_sale_sell_exactly_the_stock,
+);
+
+async fn two_instances_on_redlock_with_a_master_frozen_mid_sale_sell_exactly_the_stock(
+    backend: Backend,
+) {
+    let mut masters = three_masters().await;
+    let urls: Vec<String> = masters.iter().map(|m| m.url.clone()).collect();
+    let prefix = redis_prefix();
+    let on_redlock = {
+        let (urls, prefix) = (urls.clone(), prefix.clone());
+        move |c: &mut inventory_service::Config| {
+            c.stock_lock = LockBackend::Redlock;
+            c.redlock_urls = urls.clone();
+            c.redis_key_prefix = prefix.clone();
+            c.redis_timeout = Duration::from_millis(300);
+            c.lock_wait = Duration::from_secs(30);
+        }
+    };
+    let first = TestApp::spawn_on(backend, on_redlock.clone()).await;
+    let url = first.config.database_urls[0].clone();
+    let second = TestApp::spawn_on(backend, move |c| {
+        on_redlock(c);
+        c.database_urls = vec![url];
+    })
+    .await;
+    first.create_product(1, 20).await;
+
+    let send = |i: usize| {
+        let app = if i % 2 == 0 { &first } else { &second };
+        let request = app
+            .admin
+            .post(app.url("/deductions"))
+            .json(&deduction_body(&format!("redlock-{i}"), &[(1, 1)]));
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                let attempt = request.try_clone().expect("a JSON request clones");
+                let status = attempt.send().await.expect("POST /deductions").status();
+                if status != 503 {
+                    return status.as_u16();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("still busy after 200 tries");
+        })
+    };
+    let early: Vec<_> = (0..30).map(send).collect();
+    masters[2].freeze();
+    let late: Vec<_> = (30..60).map(send).collect();
+    let mut statuses = Vec::new();
+    for task in early.into_iter().chain(late) {
+        statuses.push(task.await.expect("a deduction"));
+    }
+    masters[2].resume();
+    let applied = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 409).count();
+    assert_eq!((applied, refused), (20, 40), "{statuses:?}");
+    assert_eq!(first.stock(1).await, 0);
+    for app in [&first, &second] {
+        let stats = app.deductions.locker().stats();
+        assert_eq!(app.deductions.locker().backend(), "redlock");
+        assert!(stats.acquired > 0, "{stats:?}");
+        assert_eq!(stats.bypassed, 0, "two masters always answered: {stats:?}");
+    }
+}
