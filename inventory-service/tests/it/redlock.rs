@@ -59,6 +59,7 @@ async fn one_holder_at_a_time_and_the_next_after_its_release() {
     let held = a.acquire_all(&[PRODUCT]).await.expect("a's lock");
     assert!(!held.is_bypassed());
     let key = a.key(PRODUCT);
+    let mut holding = 0;
     for master in &masters {
         let mut conn = master.connection().await;
         let value: Option<String> = redis::cmd("GET")
@@ -66,12 +67,12 @@ async fn one_holder_at_a_time_and_the_next_after_its_release() {
             .query_async(&mut conn)
             .await
             .expect("GET");
-        assert_eq!(
-            value.as_deref(),
-            held.tokens().next(),
-            "taken on every master"
-        );
+        holding += usize::from(value.as_deref() == held.tokens().next());
     }
+    assert!(
+        holding >= a.quorum(),
+        "taken on a majority of the masters: {holding}"
+    );
     assert_eq!(
         b.acquire_all(&[PRODUCT]).await.expect_err("busy"),
         LockError::Timeout(Duration::from_millis(200))
@@ -171,7 +172,7 @@ async fn two_instances_on_redlock_with_a_master_frozen_mid_sale_sell_exactly_the
     first.create_product(1, 20).await;
 
     let send = |i: usize| {
-        let app = if i % 2 == 0 { &first } else { &second };
+        let app = if i.is_multiple_of(2) { &first } else { &second };
         let request = app
             .admin
             .post(app.url("/deductions"))

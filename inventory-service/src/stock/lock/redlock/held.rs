@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use futures_util::future::{BoxFuture, join_all};
+use futures_util::future::BoxFuture;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::super::{Held, LockError};
@@ -91,10 +91,9 @@ impl RedlockHeld {
 
     /// Locks that hold nothing because the masters could not be asked.
     pub(super) fn bypassed() -> Self {
-        Self {
-            bypassed: true,
-            ..Self::nothing()
-        }
+        let mut nothing = Self::nothing();
+        nothing.bypassed = true;
+        nothing
     }
 
     /// Locks that hold nothing because nothing was free.
@@ -187,11 +186,23 @@ async fn renew_until_stopped(
             () = tokio::time::sleep(ttl / 3) => {}
         }
         let sent = Instant::now();
-        let answers = join_all(lock.inner.masters.iter().map(|master| {
-            let (mut conn, keys, token) = (master.clone(), &keys, &token);
-            async move { scripts::renew_all(&mut conn, keys, token, ttl).await }
-        }))
-        .await;
+        // Done once a majority renewed, or too many refused for one to: a slow or frozen
+        // master must not hold the renewal up past the validity it extends.
+        let quorum = lock.quorum();
+        let answers = lock
+            .ask(
+                |mut conn, keys, token| async move {
+                    scripts::renew_all(&mut conn, &keys, &token, ttl).await
+                },
+                &keys,
+                &token,
+                |answers: &[redis::RedisResult<bool>], _| {
+                    let renewed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+                    let refused = answers.iter().filter(|a| matches!(a, Ok(false))).count();
+                    renewed >= quorum || masters - refused < quorum
+                },
+            )
+            .await;
         if stop.is_cancelled() {
             return;
         }
