@@ -122,7 +122,7 @@ impl Config {
     /// Reads every variable; an error names the variable that is wrong.
     pub fn from_env() -> anyhow::Result<Self> {
         let defaults = Self::default();
-        Ok(Self {
+        let read = Self {
             http_addr: config::parsed("HTTP_ADDR", defaults.http_addr)?,
             database_urls: config::database_urls(&defaults.database_urls[0])?,
             database_max_connections: config::at_least(
@@ -163,8 +163,25 @@ impl Config {
                 10..=60_000,
             )?),
             tls: ClientTls::from_env()?,
-        })
+        };
+        check_redlock_drift(&read)?;
+        Ok(read)
     }
+}
+
+/// Refuses a Redlock drift allowance that leaves a lock too short a validity to be renewed:
+/// `REDLOCK_DRIFT_MS` plus 1 % of the TTL must stay under a third of `LOCK_TTL_MS`, the
+/// renewal period.
+fn check_redlock_drift(config: &Config) -> anyhow::Result<()> {
+    let allowance = config.redlock_drift + config.lock_ttl / 100;
+    anyhow::ensure!(
+        config.stock_lock != lock::Backend::Redlock || allowance < config.lock_ttl / 3,
+        "environment variable REDLOCK_DRIFT_MS={} leaves no validity: with 1 % of \
+         LOCK_TTL_MS it must stay under a third of LOCK_TTL_MS ({} ms)",
+        config.redlock_drift.as_millis(),
+        (config.lock_ttl / 3).as_millis()
+    );
+    Ok(())
 }
 
 /// `REDLOCK_URLS` when `STOCK_LOCK=redlock`: at least [`lock::redlock::MIN_MASTERS`] Redis
@@ -195,6 +212,14 @@ fn redlock_urls() -> anyhow::Result<Vec<String>> {
         "environment variable REDLOCK_URLS names {} Redis masters: Redlock needs at least {}",
         urls.len(),
         lock::redlock::MIN_MASTERS
+    );
+    // One server named twice would vote twice: its loss alone could lose every lock.
+    let mut distinct = urls.clone();
+    distinct.sort();
+    distinct.dedup();
+    anyhow::ensure!(
+        distinct.len() == urls.len(),
+        "environment variable REDLOCK_URLS names a Redis master twice: each must be independent"
     );
     Ok(urls)
 }

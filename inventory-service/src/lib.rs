@@ -109,6 +109,12 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()
                 .context("REDLOCK_URLS")?;
+            anyhow::ensure!(
+                masters.len() >= lock::redlock::MIN_MASTERS,
+                "REDLOCK_URLS names {} Redis masters: Redlock needs at least {}",
+                masters.len(),
+                lock::redlock::MIN_MASTERS
+            );
             // The masters are the lock service: a minority down changes nothing, a majority
             // down bypasses the lock (counted), as with one Redis down.
             readiness.redis = None;
@@ -180,7 +186,10 @@ pub async fn serve(
         keep: state.config.messaging.retention.keep,
     };
     holds::expiry::spawn(&tasks, &state.db, schedule, &shutdown);
-    platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
+    // REDIS_URL's Redis serves the Redis lock alone: with another lock it is not watched.
+    if state.config.stock_lock == lock::Backend::Redis {
+        platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
+    }
     tasks.close();
     let served = platform::startup::serve_http(listener, build_app(state), &shutdown).await;
     // Also stops the tasks when the server itself failed.

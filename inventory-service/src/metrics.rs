@@ -95,7 +95,7 @@ pub fn register() {
 }
 
 /// Registers the stock lock's series at zero for the lock service start-up chose: the
-/// `backend` label names it (`redis`, `database`).
+/// `backend` label names it (`redis`, `redlock`, `database`).
 pub fn register_lock(backend: &'static str) {
     for result in ["acquired", "timeout", "lost", "bypassed"] {
         metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => result, "backend" => backend)

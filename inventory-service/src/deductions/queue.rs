@@ -121,12 +121,12 @@ impl Deductions {
         }
     }
 
-    /// How many holds taken here have not been ended here yet (nor forgotten).
     /// The stock lock its batches take.
     pub fn locker(&self) -> &Locker {
         &self.inner.locker
     }
 
+    /// How many holds taken here have not been ended here yet (nor forgotten).
     pub fn held_here(&self) -> usize {
         self.inner.held_here.len()
     }

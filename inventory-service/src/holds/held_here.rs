@@ -1,12 +1,12 @@
 //! Which products each hold this process took is on, so that its confirm or cancel can join
 //! those products' batch ([`crate::deductions`]) instead of paying for a commit of its own.
 //!
-//! A routing hint, not a record: the database decides every end (the batch's statement changes
+//! A routing hint, not a record: the database decides every end. The batch's statement changes
 //! a hold only from `HELD`, only before its deadline for a confirm, and for a cancel only when
 //! every unit of the hold is on the batch's products: an id remembered here may since have been
-//! used again, after its hold ended elsewhere and its row was deleted, for other products). A hold is taken out of
-//! the map when its first confirm or cancel arrives here, so at most one end of it ever rides
-//! in a batch; everything else — a hold another instance took, a second end, a hold this
+//! used again for other products, after its hold ended elsewhere and its row was deleted. A
+//! hold is taken out of the map when its first confirm or cancel arrives here, so at most one
+//! end of it ever rides in a batch; everything else — a hold another instance took, a second end, a hold this
 //! process forgot (a restart, a full map) — goes the general way, `super::batched`.
 
 use std::collections::HashMap;

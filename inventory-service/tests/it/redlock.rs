@@ -58,17 +58,7 @@ async fn one_holder_at_a_time_and_the_next_after_its_release() {
     assert_eq!(a.quorum(), 2);
     let held = a.acquire_all(&[PRODUCT]).await.expect("a's lock");
     assert!(!held.is_bypassed());
-    let key = a.key(PRODUCT);
-    let mut holding = 0;
-    for master in &masters {
-        let mut conn = master.connection().await;
-        let value: Option<String> = redis::cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("GET");
-        holding += usize::from(value.as_deref() == held.tokens().next());
-    }
+    let holding = holders_of(&masters, &a.key(PRODUCT), &held).await;
     assert!(
         holding >= a.quorum(),
         "taken on a majority of the masters: {holding}"
@@ -135,10 +125,65 @@ async fn a_holder_that_stops_renewing_learns_before_commit_that_its_lock_is_gone
     let next = redlock(&masters, &prefix, options(10_000, 1_000, true));
     let taken = next.acquire_all(&[PRODUCT]).await.expect("free again");
     assert!(!taken.is_bypassed());
-    // The stalled holder's release frees nothing of the new holder's.
+    // The stalled holder's release (done on a majority when it returns) frees nothing of
+    // the new holder's.
     held.release().await;
+    assert!(holders_of(&masters, &next.key(PRODUCT), &taken).await >= next.quorum());
     assert_eq!(taken.ensure_held(), Ok(()));
     taken.release().await;
+}
+
+/// How many masters hold `key` under `locks`' token.
+async fn holders_of(
+    masters: &[PrivateRedis],
+    key: &str,
+    locks: &inventory_service::stock::lock::Locks,
+) -> usize {
+    let mut holding = 0;
+    for master in masters {
+        let mut conn = master.connection().await;
+        let value: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        holding += usize::from(value.as_deref() == locks.tokens().next());
+    }
+    holding
+}
+
+/// Each key of a batch may be won on a majority of its own; renewals count key by key.
+#[tokio::test]
+async fn a_batch_whose_keys_were_won_on_different_majorities_keeps_them_through_renewals() {
+    let masters = three_masters().await;
+    let lock = redlock(&masters, &redis_prefix(), options(600, 1_000, true));
+    let (first, second) = (ProductId(1), ProductId(2));
+    // Another holder's leftovers: the first product on the third master, the second on the
+    // first: the batch wins the first on masters 1 and 2, the second on masters 2 and 3.
+    for (master, key) in [
+        (&masters[2], lock.key(first)),
+        (&masters[0], lock.key(second)),
+    ] {
+        let mut conn = master.connection().await;
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg("another")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await
+            .expect("SET");
+    }
+    let partial = lock.try_acquire_many(&[first, second]).await;
+    assert!(
+        partial.busy.is_empty(),
+        "each on a majority: {:?}",
+        partial.busy
+    );
+    // Several renewals (every 200 ms) later, both are still held.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(partial.locks.ensure_held(), Ok(()));
+    partial.locks.release().await;
 }
 
 testkit::on_each_backend!(

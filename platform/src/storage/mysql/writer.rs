@@ -24,6 +24,7 @@
 //! split brain: an old primary that comes back writable never takes the pool back from the
 //! replica promoted in its place.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -123,6 +124,10 @@ pub struct Writer {
     ask_on: Vec<MySqlConnectOptions>,
     /// The server the pool writes to: the only one a new connection is admitted to.
     chosen: Mutex<Option<Server>>,
+    /// Set when a new connection reached a writable server that is not the chosen one (a
+    /// DNS name moved, a server renamed): the watcher then asks every server again rather
+    /// than trust its probe, whose connection may still reach the chosen server.
+    stranger: AtomicBool,
     retired_at: Mutex<Option<Instant>>,
     recheck: Notify,
 }
@@ -151,6 +156,7 @@ impl Writer {
             servers,
             ask_on,
             chosen: Mutex::new(None),
+            stranger: AtomicBool::new(false),
             retired_at: Mutex::new(None),
             recheck: Notify::new(),
         };
@@ -233,6 +239,9 @@ impl Writer {
         if writable && chosen && !self.retired_since(asked_at) {
             return Ok(());
         }
+        if writable && !chosen {
+            self.stranger.store(true, Ordering::Relaxed);
+        }
         self.recheck.notify_one();
         let why = if writable {
             "it is not the server the pool writes to"
@@ -291,7 +300,8 @@ impl Writer {
                 _ = tokio::time::sleep(CHECK_EVERY) => {}
                 _ = self.recheck.notified() => {}
             }
-            if let Some(conn) = probe.as_mut() {
+            let stranger = self.stranger.swap(false, Ordering::Relaxed);
+            if let Some(conn) = probe.as_mut().filter(|_| !stranger) {
                 let answer = tokio::time::timeout(ASK_TIMEOUT, takes_writes(conn)).await;
                 if matches!(answer, Ok(Ok(true))) {
                     continue;

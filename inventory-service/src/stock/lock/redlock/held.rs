@@ -145,11 +145,18 @@ impl Held for RedlockHeld {
     fn release(mut self: Box<Self>) -> BoxFuture<'static, ()> {
         drop(self.watchdog.take());
         self.released = true;
-        let (lock, keys, token) = (self.lock.take(), &self.keys, &self.token);
-        if let Some(lock) = lock {
-            lock.release_everywhere(keys, token);
-        }
-        Box::pin(async {})
+        let lock = self.lock.take();
+        let (keys, token) = (
+            std::mem::take(&mut self.keys),
+            std::mem::take(&mut self.token),
+        );
+        // Until a majority freed the keys, so that the next holder (often this process's
+        // next batch of the same products) finds them free; the rest finish in the background.
+        Box::pin(async move {
+            if let Some(lock) = lock {
+                lock.release_on_majority(&keys, &token).await;
+            }
+        })
     }
 }
 
@@ -186,37 +193,45 @@ async fn renew_until_stopped(
             () = tokio::time::sleep(ttl / 3) => {}
         }
         let sent = Instant::now();
-        // Done once a majority renewed, or too many refused for one to: a slow or frozen
-        // master must not hold the renewal up past the validity it extends.
         let quorum = lock.quorum();
+        let count = keys.len();
+        // Per key: how many masters renewed it, and how many said it is not ours there.
+        let tally = |answers: &[redis::RedisResult<Vec<bool>>], i: usize| {
+            let said = |renewed: bool| {
+                answers
+                    .iter()
+                    .filter(|a| matches!(a, Ok(each) if each.get(i) == Some(&renewed)))
+                    .count()
+            };
+            (said(true), said(false))
+        };
+        // Done once every key is renewed by a majority, or one can no longer be: a slow or
+        // frozen master must not hold the renewal up past the validity it extends.
         let answers = lock
             .ask(
                 |mut conn, keys, token| async move {
-                    scripts::renew_all(&mut conn, &keys, &token, ttl).await
+                    scripts::renew_each(&mut conn, &keys, &token, ttl).await
                 },
                 &keys,
                 &token,
-                |answers: &[redis::RedisResult<bool>], _| {
-                    let renewed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
-                    let refused = answers.iter().filter(|a| matches!(a, Ok(false))).count();
-                    renewed >= quorum || masters - refused < quorum
+                |answers: &[redis::RedisResult<Vec<bool>>], _| {
+                    (0..count).all(|i| tally(answers, i).0 >= quorum)
+                        || (0..count).any(|i| masters - tally(answers, i).1 < quorum)
                 },
             )
             .await;
         if stop.is_cancelled() {
             return;
         }
-        let renewed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
-        let refused = answers.iter().filter(|a| matches!(a, Ok(false))).count();
-        if renewed >= lock.quorum() {
+        if (0..count).all(|i| tally(&answers, i).0 >= quorum) {
             metrics::lock_renewed(BACKEND);
             if let Some(until) = lock.valid_until(sent) {
                 state.extend(until);
             }
             continue;
         }
-        if masters - refused < lock.quorum() {
-            tracing::warn!("Redlock lock lost: its keys are gone or taken on too many masters");
+        if (0..count).any(|i| masters - tally(&answers, i).1 < quorum) {
+            tracing::warn!("Redlock lock lost: a key is gone or taken on too many masters");
             state.mark_lost();
             return;
         }

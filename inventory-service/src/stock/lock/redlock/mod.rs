@@ -19,7 +19,14 @@
 //!   locks that hold nothing, as with one Redis down: the conditional update decides.
 //!
 //! No local queue and no hand-over: a deductions leader already serialises its product set
-//! within the process, and every holder takes its keys afresh.
+//! within the process, and every holder takes its keys afresh. The order-events consumer's
+//! one try per batch can therefore find a product busy for as long as a stream of direct
+//! deductions lasts on it; its events wait for a later batch meanwhile (the Redis lock's
+//! local queue gives it a turn instead).
+//!
+//! Redlock's exclusion assumes a master keeps its keys across a restart (AOF with `fsync`), or
+//! stays down for a TTL before it comes back empty; otherwise two holders can overlap for up
+//! to a TTL. Stock stays correct regardless: the conditional update decides.
 
 mod held;
 mod scripts;
@@ -34,6 +41,7 @@ use futures_util::stream::FuturesUnordered;
 use platform::storage::redis::RedisConnection;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
+use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use self::held::RedlockHeld;
@@ -133,15 +141,25 @@ impl Redlock {
     /// Locks every product of `products` (duplicates ignored) on a majority of the masters.
     pub async fn acquire_all(&self, products: &[ProductId]) -> Result<Locks, LockError> {
         let keys = self.keys_of(products);
-        let token = Uuid::new_v4().to_string();
         let ttl = self.inner.options.ttl;
         let started = Instant::now();
         let deadline = started + self.inner.options.wait;
         let mut attempt = 0;
         let quorum = self.quorum();
         loop {
+            // A token per round: a late release of a lost round's keys can never delete what
+            // a later round of the same holder took.
+            let token = Uuid::new_v4().to_string();
+            // Freed everywhere if this future is dropped before the keys are handed over.
+            let mut round = Round {
+                lock: self,
+                keys: &keys,
+                token: &token,
+                armed: true,
+            };
             let sent = Instant::now();
-            // Done once a majority took the keys: a slow or frozen master costs nothing then.
+            // Done once a majority took the keys, or cannot (knowing whether a majority
+            // answers at all): a slow or frozen master costs nothing then.
             let answers = self
                 .ask(
                     |mut conn, keys, token| async move {
@@ -149,8 +167,11 @@ impl Redlock {
                     },
                     &keys,
                     &token,
-                    |answers: &[redis::RedisResult<bool>], _| {
-                        answers.iter().filter(|a| matches!(a, Ok(true))).count() >= quorum
+                    |answers: &[redis::RedisResult<bool>], pending| {
+                        let taken = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+                        let ok = answers.iter().filter(|a| a.is_ok()).count();
+                        taken >= quorum
+                            || (taken + pending < quorum && (ok >= quorum || ok + pending < quorum))
                     },
                 )
                 .await;
@@ -158,11 +179,12 @@ impl Redlock {
             if taken >= self.quorum()
                 && let Some(until) = self.valid_until(sent)
             {
-                return Ok(self.held(keys, token, until, started));
+                round.armed = false;
+                return Ok(self.held(keys.clone(), token.clone(), until, started));
             }
             // A minority took the keys, or a majority too late: free them everywhere (a
-            // master that did not answer may still have run the script).
-            self.release_everywhere(&keys, &token);
+            // master that did not answer may still have run the script), when `round` drops.
+            drop(round);
             let answered = answers.iter().filter(|a| a.is_ok()).count();
             if answered < self.quorum() {
                 return Ok(self.bypass(&answers));
@@ -189,6 +211,13 @@ impl Redlock {
         let started = Instant::now();
         let quorum = self.quorum();
         let count = keys.len();
+        // Freed everywhere if this future is dropped before the keys are sorted out.
+        let mut round = Round {
+            lock: self,
+            keys: &keys,
+            token: &token,
+            armed: true,
+        };
         // Done once every key is decided: taken by a majority, or past reaching one.
         let answers = self
             .ask(
@@ -213,7 +242,7 @@ impl Redlock {
             .await;
         let answered = answers.iter().filter(|a| a.is_ok()).count();
         if answered < quorum {
-            self.release_everywhere(&keys, &token);
+            drop(round);
             return Partial {
                 locks: self.bypass(&answers),
                 busy: Vec::new(),
@@ -230,6 +259,8 @@ impl Redlock {
         let mut ids = products.to_vec();
         ids.sort_unstable();
         ids.dedup();
+        round.armed = false;
+        drop(round);
         for (i, (key, id)) in keys.into_iter().zip(ids).enumerate() {
             if until.is_some() && votes(i) >= self.quorum() {
                 held.push(key);
@@ -308,19 +339,57 @@ impl Redlock {
         answers
     }
 
-    /// Frees `keys` that hold `token` on every master, in the background: the holder does
-    /// not wait for a slow master, and one that does not answer lets them expire.
-    fn release_everywhere(&self, keys: &[String], token: &str) {
+    /// Frees `keys` that hold `token` on every master, in the background: one task per
+    /// master, so a slow one holds nobody up, and one that does not answer lets them expire.
+    fn release_everywhere(&self, keys: &[String], token: &str) -> Vec<JoinHandle<bool>> {
         if keys.is_empty() {
-            return;
+            return Vec::new();
         }
-        for master in &self.inner.masters {
-            let (mut conn, keys, token) = (master.clone(), keys.to_vec(), token.to_owned());
-            tokio::spawn(async move {
-                if let Err(error) = scripts::release_all(&mut conn, &keys, &token).await {
-                    tracing::debug!(%error, "could not free a Redlock key; it expires");
-                }
-            });
+        self.inner
+            .masters
+            .iter()
+            .map(|master| {
+                let (mut conn, keys, token) = (master.clone(), keys.to_vec(), token.to_owned());
+                tokio::spawn(async move {
+                    let released = scripts::release_all(&mut conn, &keys, &token).await;
+                    if let Err(error) = &released {
+                        tracing::debug!(%error, "could not free a Redlock key; it expires");
+                    }
+                    released.is_ok()
+                })
+            })
+            .collect()
+    }
+
+    /// [`Redlock::release_everywhere`], returning once a majority of the masters freed the
+    /// keys (or every master answered).
+    async fn release_on_majority(&self, keys: &[String], token: &str) {
+        let quorum = self.quorum();
+        let mut tasks: FuturesUnordered<_> =
+            self.release_everywhere(keys, token).into_iter().collect();
+        let mut freed = 0;
+        while let Some(done) = tasks.next().await {
+            freed += usize::from(matches!(done, Ok(true)));
+            if freed >= quorum {
+                return;
+            }
+        }
+    }
+}
+
+/// One round of [`Redlock::acquire_all`]: frees its keys everywhere when dropped while armed
+/// (a lost round, or the caller's future dropped mid-round).
+struct Round<'a> {
+    lock: &'a Redlock,
+    keys: &'a [String],
+    token: &'a str,
+    armed: bool,
+}
+
+impl Drop for Round<'_> {
+    fn drop(&mut self) {
+        if self.armed && tokio::runtime::Handle::try_current().is_ok() {
+            self.lock.release_everywhere(self.keys, self.token);
         }
     }
 }

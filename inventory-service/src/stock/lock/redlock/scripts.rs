@@ -45,15 +45,21 @@ static TAKE_EACH: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-/// `PEXPIRE KEYS[i] ARGV[2]` for every key that holds token `ARGV[1]`: 1 when all did.
-static RENEW_ALL: LazyLock<Script> = LazyLock::new(|| {
+/// `PEXPIRE KEYS[i] ARGV[2]` for every key that holds token `ARGV[1]`: one 1 or 0 per key
+/// (each key of a batch may be held on a majority of its own).
+static RENEW_EACH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-        for _, key in ipairs(KEYS) do
-            if redis.call('GET', key) ~= ARGV[1] then return 0 end
+        local renewed = {}
+        for i, key in ipairs(KEYS) do
+            if redis.call('GET', key) == ARGV[1] then
+                redis.call('PEXPIRE', key, ARGV[2])
+                renewed[i] = 1
+            else
+                renewed[i] = 0
+            end
         end
-        for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ARGV[2]) end
-        return 1
+        return renewed
         ",
     )
 });
@@ -109,20 +115,20 @@ pub async fn take_each(
     Ok(taken.into_iter().map(|t| t == 1).collect())
 }
 
-/// [`RENEW_ALL`] on one master: whether every key still held the token and was renewed.
-pub async fn renew_all(
+/// [`RENEW_EACH`] on one master: which keys still held the token and were renewed.
+pub async fn renew_each(
     conn: &mut RedisConnection,
     keys: &[String],
     token: &str,
     ttl: Duration,
-) -> RedisResult<bool> {
-    let mut invocation = RENEW_ALL.prepare_invoke();
+) -> RedisResult<Vec<bool>> {
+    let mut invocation = RENEW_EACH.prepare_invoke();
     invocation.arg(token).arg(millis(ttl));
     for key in keys {
         invocation.key(key);
     }
-    let renewed: i64 = invocation.invoke_async(conn).await?;
-    Ok(renewed == 1)
+    let renewed: Vec<i64> = invocation.invoke_async(conn).await?;
+    Ok(renewed.into_iter().map(|r| r == 1).collect())
 }
 
 /// [`RELEASE_ALL`] on one master.
