@@ -220,7 +220,7 @@ async fn two_instances_without_a_shared_lock_never_oversell(backend: Backend) {
 
 /// Sends one-unit deductions `ids` of `product` at once, spread over `apps`; a 503 `busy`
 /// (races lost past the retry budget) is sent again with the same id, as a client does.
-async fn stampede_over(apps: &[&TestApp], product: i64, ids: &[String]) -> Vec<u16> {
+pub(crate) async fn stampede_over(apps: &[&TestApp], product: i64, ids: &[String]) -> Vec<u16> {
     let tasks: Vec<_> = ids
         .iter()
         .enumerate()

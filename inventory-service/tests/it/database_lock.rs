@@ -7,7 +7,8 @@ use std::time::Duration;
 use inventory_service::stock::lock::Backend as LockBackend;
 use testkit::Backend;
 
-use crate::helpers::{TestApp, deduction_body};
+use crate::concurrency::stampede_over;
+use crate::helpers::TestApp;
 
 testkit::on_each_backend!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -33,32 +34,8 @@ async fn two_instances_on_the_database_lock_sell_exactly_the_stock(backend: Back
         assert_eq!(app.deductions.locker().backend(), "database");
     }
 
-    let tasks: Vec<_> = (0..60)
-        .map(|i| {
-            let app = if i % 2 == 0 { &first } else { &second };
-            let request = app
-                .admin
-                .post(app.url("/deductions"))
-                .json(&deduction_body(&format!("rows-{i}"), &[(1, 1)]));
-            tokio::spawn(async move {
-                // A 503 `busy` (races lost past the retry budget) is sent again, as a client
-                // does; bounded, so a service busy for ever fails the test.
-                for _ in 0..200 {
-                    let attempt = request.try_clone().expect("a JSON request clones");
-                    let status = attempt.send().await.expect("POST /deductions").status();
-                    if status != 503 {
-                        return status.as_u16();
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                panic!("still busy after 200 tries");
-            })
-        })
-        .collect();
-    let mut statuses = Vec::new();
-    for task in tasks {
-        statuses.push(task.await.expect("a deduction"));
-    }
+    let ids: Vec<String> = (0..60).map(|i| format!("rows-{i}")).collect();
+    let statuses = stampede_over(&[&first, &second], 1, &ids).await;
     let applied = statuses.iter().filter(|s| **s == 200).count();
     let refused = statuses.iter().filter(|s| **s == 409).count();
     assert_eq!((applied, refused), (20, 40), "{statuses:?}");
