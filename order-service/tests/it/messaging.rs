@@ -493,11 +493,15 @@ async fn a_row_nobody_handed_over_waits_for_the_sweep_age_then_goes_out_once() {
         .take(keys::INVENTORY_ORDER_EVENTS_QUEUE, 1, WAIT)
         .await;
     assert_eq!(messages.len(), 1);
+    // The mark follows the broker's confirm, so the message can be read before its row says sent.
     let (created_at, sent_at): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
-        sqlx::query_as("SELECT created_at, sent_at FROM outbox WHERE status = 'sent'")
-            .fetch_one(&app.db().pool)
-            .await
-            .expect("the row, sent");
+        eventually(WAIT, || async {
+            sqlx::query_as("SELECT created_at, sent_at FROM outbox WHERE status = 'sent'")
+                .fetch_optional(&app.db().pool)
+                .await
+                .ok()?
+        })
+        .await;
     // Claimed by the sweep, whose transaction began once the row was old enough.
     assert!(
         (sent_at - created_at).to_std().expect("after") >= sweep_after,
