@@ -22,6 +22,10 @@ ARG RUNTIME_BASE=debian:bookworm-slim
 
 # ---- build ---------------------------------------------------------------------------------------
 FROM rust:1-bookworm AS builder
+# protoc: the etcd client (STOCK_LOCK=etcd) compiles etcd's protocol files at build time.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends protobuf-compiler \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 # The query macros check every statement against .sqlx/ (committed), never a live database.

@@ -44,8 +44,8 @@ pub struct Config {
     /// admin request answers 401, and a warning is logged at start.
     pub admin_token: Option<String>,
     /// `STOCK_LOCK`: the lock service behind the per-product stock lock: `redis` (the default,
-    /// `REDIS_URL`), `redlock` (`REDLOCK_URLS`) or `database` (no lock service: the rows of the
-    /// service's own database).
+    /// `REDIS_URL`), `redlock` (`REDLOCK_URLS`), `etcd` (`ETCD_ENDPOINTS`) or `database` (no
+    /// lock service: the rows of the service's own database).
     pub stock_lock: lock::Backend,
     /// `REDLOCK_URLS`: the independent Redis masters of `STOCK_LOCK=redlock`, comma-separated;
     /// at least 3 (an odd count wastes none). Empty otherwise.
@@ -53,6 +53,9 @@ pub struct Config {
     /// `REDLOCK_DRIFT_MS`: the clock drift Redlock allows for, beyond 1 % of `LOCK_TTL_MS`.
     /// Default `2`.
     pub redlock_drift: Duration,
+    /// `ETCD_ENDPOINTS`: the members of the etcd cluster of `STOCK_LOCK=etcd`, comma-separated
+    /// (`http://host:port` or `host:port`). Empty otherwise.
+    pub etcd_endpoints: Vec<String>,
     /// `LOCK_TTL_MS`: time to live of a product's Redis lock; renewed every third of it while
     /// held. Default `10000`; at least `100`.
     pub lock_ttl: Duration,
@@ -103,6 +106,7 @@ impl Default for Config {
             stock_lock: lock::Backend::default(),
             redlock_urls: Vec::new(),
             redlock_drift: Duration::from_millis(2),
+            etcd_endpoints: Vec::new(),
             lock_ttl: Duration::from_millis(10_000),
             lock_wait: Duration::from_millis(5_000),
             request_timeout: Duration::from_secs(10),
@@ -140,6 +144,7 @@ impl Config {
             stock_lock: config::parsed("STOCK_LOCK", defaults.stock_lock)?,
             redlock_urls: redlock_urls()?,
             redlock_drift: config::millis_at_least("REDLOCK_DRIFT_MS", 2, 0)?,
+            etcd_endpoints: etcd_endpoints()?,
             // Below 100 ms a renewal every third of the TTL races its own expiry.
             lock_ttl: config::millis_at_least("LOCK_TTL_MS", 10_000, 100)?,
             lock_wait: config::millis_at_least("LOCK_WAIT_MS", 5_000, 1)?,
@@ -224,6 +229,40 @@ fn redlock_urls() -> anyhow::Result<Vec<String>> {
     Ok(urls)
 }
 
+/// `ETCD_ENDPOINTS` when `STOCK_LOCK=etcd`: one or more `http://host:port` (or `host:port`);
+/// TLS (`https://`) is not built in, and is refused rather than sent in the clear.
+fn etcd_endpoints() -> anyhow::Result<Vec<String>> {
+    let etcd =
+        config::optional("STOCK_LOCK").is_some_and(|value| value.trim() == lock::etcd::BACKEND);
+    let Some(list) = config::optional("ETCD_ENDPOINTS").filter(|_| etcd) else {
+        anyhow::ensure!(
+            !etcd,
+            "environment variable ETCD_ENDPOINTS is not set: STOCK_LOCK=etcd needs the members \
+             of an etcd cluster"
+        );
+        return Ok(Vec::new());
+    };
+    parse_etcd_endpoints(&list)
+}
+
+fn parse_etcd_endpoints(list: &str) -> anyhow::Result<Vec<String>> {
+    let endpoints: Vec<String> = list.split(',').map(|e| e.trim().to_owned()).collect();
+    for (position, endpoint) in endpoints.iter().enumerate() {
+        let address = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+        let valid = !address.contains('/')
+            && address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        anyhow::ensure!(
+            valid,
+            "environment variable ETCD_ENDPOINTS: entry {} ({endpoint:?}) is not \
+             http://host:port (TLS to etcd is not supported)",
+            position + 1
+        );
+    }
+    Ok(endpoints)
+}
+
 impl Config {
     /// Where the backing services are, for [`platform::startup::Backing::connect`].
     pub fn backing(&self) -> BackingSettings<'_> {
@@ -242,6 +281,26 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etcd_endpoints_are_plain_http_addresses() {
+        assert_eq!(
+            parse_etcd_endpoints("http://10.0.0.1:2379, etcd-1:2379").expect("valid"),
+            ["http://10.0.0.1:2379", "etcd-1:2379"]
+        );
+        for refused in [
+            "https://etcd:2379",
+            "etcd",
+            "http://etcd:port",
+            ":2379",
+            "a:1,,b:2",
+        ] {
+            let error = parse_etcd_endpoints(refused)
+                .expect_err(refused)
+                .to_string();
+            assert!(error.contains("ETCD_ENDPOINTS"), "{error}");
+        }
+    }
 
     #[test]
     fn the_defaults_match_the_contract() {

@@ -125,6 +125,23 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
                 config.redlock_drift,
             ))
         }
+        lock::Backend::Etcd => {
+            let etcd = lock::etcd::EtcdLock::connect(
+                &config.etcd_endpoints,
+                RedisKeys::new(config.redis_key_prefix.clone()),
+                options,
+            )
+            .await
+            .context("ETCD_ENDPOINTS")?;
+            // etcd is the lock service then: readiness asks after it instead of Redis.
+            readiness.redis = None;
+            let probe = etcd.clone();
+            readiness.lock_service = Some(platform::http::health::Probe {
+                name: lock::etcd::BACKEND,
+                answers: Arc::new(move || probe.answers()),
+            });
+            lock::Locker::new(etcd)
+        }
         lock::Backend::Database => {
             // Nothing of this service's is kept in Redis then: its readiness does not hang on it.
             readiness.redis = None;

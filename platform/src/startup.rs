@@ -71,6 +71,7 @@ impl Backing {
             db: db.clone(),
             redis: Some(redis.clone()),
             broker_up: broker.up(),
+            lock_service: None,
             draining: CancellationToken::new(),
         };
         Ok(Self {

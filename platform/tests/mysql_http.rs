@@ -130,6 +130,7 @@ async fn readiness(db: Database) -> Readiness {
         db,
         redis: Some(redis),
         broker_up: tokio::sync::watch::channel(true).1,
+        lock_service: None,
         draining: CancellationToken::new(),
     }
 }

@@ -2,7 +2,7 @@
 //! service: isolation against the real PostgreSQL (or MySQL), Redis and RabbitMQ (a database, a Redis
 //! key prefix and an AMQP vhost per test), one scenario run on each database backend, child
 //! processes, a TCP proxy to cut connections, and private servers (a PostgreSQL node and
-//! standby, a MariaDB server, a database server whose clock runs ahead, Redis and Sentinel, a RabbitMQ cluster, TLS endpoints) started
+//! standby, a MariaDB server, a database server whose clock runs ahead, Redis and Sentinel, a RabbitMQ cluster, an etcd cluster, TLS endpoints) started
 //! on ports of their own; and the checks both services' tests
 //! share (problem+json answers, the edge's refusals, a drain after SIGTERM, the settings each
 //! refuses, the OpenAPI document).
@@ -12,6 +12,7 @@ mod backend;
 pub mod captured_log;
 mod chaos;
 mod edge;
+pub mod etcd;
 mod http;
 mod isolation;
 mod logs;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use inventory_service::reservations;
-use inventory_service::stock::lock::{LockError, LockOptions};
+use inventory_service::stock::lock::{LockError, LockOptions, Locker};
 use inventory_service::stock::queries::{Change, StockRow};
 use platform::storage::Conn;
 use reqwest::StatusCode;
@@ -86,15 +86,31 @@ async fn deduct_one(conn: Conn<'_>, product: ProductId, read: StockRow) -> sqlx:
 
 async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell(backend: Backend) {
     let app = TestApp::spawn_on(backend, |_| {}).await;
-    let db = app.database.database();
-    let product = ProductId(1);
-    app.create_product(1, 1).await;
     // Renewal off: this holder behaves like a process paused (SIGSTOP) with its watchdog.
     let stalling = app.locker(LockOptions {
         ttl: Duration::from_millis(300),
         wait: Duration::from_secs(10),
         renew: false,
     });
+    let other_process = app.locker(LockOptions {
+        ttl: Duration::from_millis(300),
+        wait: Duration::from_secs(10),
+        renew: true,
+    });
+    a_stalled_holder_cannot_oversell(&app, &stalling, &other_process).await;
+}
+
+/// `stalling` (renewal off) locks a product of stock 1 and reads it, then stalls until its lock
+/// expires; `other_process` takes the lock and sells the unit. The stalled holder learns before
+/// commit that its lock is gone, and a write it sends anyway matches no row.
+pub(crate) async fn a_stalled_holder_cannot_oversell(
+    app: &TestApp,
+    stalling: &Locker,
+    other_process: &Locker,
+) {
+    let db = app.database.database();
+    let product = ProductId(1);
+    app.create_product(1, 1).await;
 
     // A locks the product and reads stock 1 at some version...
     let a_locks = stalling.acquire(product).await.expect("A's lock");
@@ -104,11 +120,6 @@ async fn a_holder_stalled_past_its_lock_ttl_cannot_oversell(backend: Backend) {
 
     // ...and stalls until its lock expires; B, in another process, takes the lock and sells
     // the last unit.
-    let other_process = app.locker(LockOptions {
-        ttl: Duration::from_millis(300),
-        wait: Duration::from_secs(10),
-        renew: true,
-    });
     let b_locks = other_process
         .acquire(product)
         .await
@@ -249,4 +260,44 @@ pub(crate) async fn stampede_over(apps: &[&TestApp], product: i64, ids: &[String
         statuses.push(task.await.expect("the request task finishes"));
     }
     statuses
+}
+
+/// Sixty deductions of one unit of product 1 (stock 20), sent alternately to `first` and
+/// `second` and each retried while it answers 503 (busy), with `fault` done once the first
+/// thirty are on their way: exactly twenty apply and forty are refused, whatever the fault did
+/// to the lock service. Product 1 must exist with stock 20.
+pub(crate) async fn sixty_deductions_across_a_fault(
+    first: &TestApp,
+    second: &TestApp,
+    fault: impl std::future::Future<Output = ()>,
+) {
+    let send = |i: usize| {
+        let app = if i.is_multiple_of(2) { first } else { second };
+        let request = app
+            .admin
+            .post(app.url("/deductions"))
+            .json(&deduction_body(&format!("across-a-fault-{i}"), &[(1, 1)]));
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                let attempt = request.try_clone().expect("a JSON request clones");
+                let status = attempt.send().await.expect("POST /deductions").status();
+                if status != 503 {
+                    return status.as_u16();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("still busy after 200 tries");
+        })
+    };
+    let early: Vec<_> = (0..30).map(send).collect();
+    fault.await;
+    let late: Vec<_> = (30..60).map(send).collect();
+    let mut statuses = Vec::new();
+    for task in early.into_iter().chain(late) {
+        statuses.push(task.await.expect("a deduction"));
+    }
+    let applied = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 409).count();
+    assert_eq!((applied, refused), (20, 40), "{statuses:?}");
+    assert_eq!(first.stock(1).await, 0);
 }

@@ -12,6 +12,7 @@ mod deduction_batch;
 mod deductions;
 mod delivery_limit;
 mod edge;
+mod etcd;
 mod helpers;
 mod holds;
 mod liveness;

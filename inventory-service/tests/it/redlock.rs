@@ -1,20 +1,22 @@
 //! `STOCK_LOCK=redlock`: locks on a majority of three independent Redis masters of the test's
 //! own. One holder at a time; a minority of masters frozen changes nothing, a majority
 //! frozen bypasses the lock; a holder that stops renewing learns before commit that its lock
-//! is gone; and two instances on it, with a master frozen mid-sale, sell exactly the stock.
+//! is gone, and cannot oversell; and two instances on it, with a master frozen mid-sale, sell
+//! exactly the stock.
 
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use inventory_service::stock::lock::redlock::Redlock;
-use inventory_service::stock::lock::{Backend as LockBackend, LockError, LockOptions};
+use inventory_service::stock::lock::{Backend as LockBackend, LockError, LockOptions, Locker};
 use platform::storage::redis::connect_with_timeout;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 use testkit::redis::PrivateRedis;
 use testkit::{Backend, redis_prefix};
 
-use crate::helpers::{TestApp, deduction_body};
+use crate::concurrency::{a_stalled_holder_cannot_oversell, sixty_deductions_across_a_fault};
+use crate::helpers::TestApp;
 
 const PRODUCT: ProductId = ProductId(7);
 
@@ -187,6 +189,21 @@ async fn a_batch_whose_keys_were_won_on_different_majorities_keeps_them_through_
 }
 
 testkit::on_each_backend!(
+    #[tokio::test]
+    a_redlock_holder_stalled_past_its_validity_cannot_oversell,
+);
+
+async fn a_redlock_holder_stalled_past_its_validity_cannot_oversell(backend: Backend) {
+    let masters = three_masters().await;
+    let app = TestApp::spawn_on(backend, |_| {}).await;
+    let prefix = redis_prefix();
+    let stalling = redlock(&masters, &prefix, options(300, 10_000, false));
+    let other_process = redlock(&masters, &prefix, options(300, 10_000, true));
+    a_stalled_holder_cannot_oversell(&app, &Locker::new(stalling), &Locker::new(other_process))
+        .await;
+}
+
+testkit::on_each_backend!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     two_instances_on_redlock_with_a_master_frozen_mid_sale_sell_exactly_the_stock,
 );
@@ -216,36 +233,8 @@ async fn two_instances_on_redlock_with_a_master_frozen_mid_sale_sell_exactly_the
     .await;
     first.create_product(1, 20).await;
 
-    let send = |i: usize| {
-        let app = if i.is_multiple_of(2) { &first } else { &second };
-        let request = app
-            .admin
-            .post(app.url("/deductions"))
-            .json(&deduction_body(&format!("redlock-{i}"), &[(1, 1)]));
-        tokio::spawn(async move {
-            for _ in 0..200 {
-                let attempt = request.try_clone().expect("a JSON request clones");
-                let status = attempt.send().await.expect("POST /deductions").status();
-                if status != 503 {
-                    return status.as_u16();
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            panic!("still busy after 200 tries");
-        })
-    };
-    let early: Vec<_> = (0..30).map(send).collect();
-    masters[2].freeze();
-    let late: Vec<_> = (30..60).map(send).collect();
-    let mut statuses = Vec::new();
-    for task in early.into_iter().chain(late) {
-        statuses.push(task.await.expect("a deduction"));
-    }
+    sixty_deductions_across_a_fault(&first, &second, async { masters[2].freeze() }).await;
     masters[2].resume();
-    let applied = statuses.iter().filter(|s| **s == 200).count();
-    let refused = statuses.iter().filter(|s| **s == 409).count();
-    assert_eq!((applied, refused), (20, 40), "{statuses:?}");
-    assert_eq!(first.stock(1).await, 0);
     for app in [&first, &second] {
         let stats = app.deductions.locker().stats();
         assert_eq!(app.deductions.locker().backend(), "redlock");

@@ -13,6 +13,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("STOCK_LOCK", "zookeeper"),
     // Redlock without its masters.
     ("STOCK_LOCK", "redlock"),
+    // etcd without its members.
+    ("STOCK_LOCK", "etcd"),
     ("CONSUMER_CONCURRENCY", "-1"),
     ("RESERVATIONS_REQUIRE_ADMIN", "yes"),
     ("CORS_ALLOWED_ORIGINS", "https://shop.example/"),

@@ -24,9 +24,29 @@ pub struct Readiness {
     pub redis: Option<RedisConnection>,
     /// `true` while the broker connection is up; kept current by the broker supervisor.
     pub broker_up: watch::Receiver<bool>,
+    /// A lock service other than Redis the service cannot lock without (inventory-service on
+    /// etcd), if any.
+    pub lock_service: Option<Probe>,
     /// Cancelled when a shutdown signal arrives ([`crate::shutdown::on_signal`]): from then on
     /// the instance is not ready, so load balancers stop sending it new work while it drains.
     pub draining: CancellationToken,
+}
+
+/// A system whose state its client already tracks (an etcd lease's keep-alive, say): asking it
+/// costs no call.
+#[derive(Clone)]
+pub struct Probe {
+    /// The name `/readyz` gives it when it is down.
+    pub name: &'static str,
+    pub answers: std::sync::Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Readiness {
@@ -41,7 +61,7 @@ pub async fn healthz() -> Response {
 
 impl Readiness {
     /// The names of the systems that did not answer: the database's backend (`postgres` or
-    /// `mysql`), `redis`, `rabbitmq`.
+    /// `mysql`), `redis`, `rabbitmq`, and the lock service's name (`etcd`).
     pub async fn down(&self) -> Vec<&'static str> {
         let database = async {
             tokio::time::timeout(PROBE_TIMEOUT, self.db.answers())
@@ -58,12 +78,17 @@ impl Readiness {
         };
         let (database, redis) = tokio::join!(database, redis);
         let rabbitmq = *self.broker_up.borrow();
+        let lock_service = self
+            .lock_service
+            .as_ref()
+            .map(|probe| (probe.name, (probe.answers)()));
         [
             (self.db.backend().name(), database),
             ("redis", redis),
             ("rabbitmq", rabbitmq),
         ]
         .into_iter()
+        .chain(lock_service)
         .filter_map(|(name, up)| (!up).then_some(name))
         .collect()
     }

@@ -18,12 +18,10 @@
 use futures_util::future::BoxFuture;
 use shared::ids::ProductId;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Held, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
-use crate::metrics;
+use super::{Counters, Held, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
 
 /// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
 pub const BACKEND: &str = "database";
@@ -32,14 +30,14 @@ pub const BACKEND: &str = "database";
 #[derive(Debug, Clone)]
 pub struct RowLock {
     options: LockOptions,
-    acquired: Arc<AtomicU64>,
+    counters: Arc<Counters>,
 }
 
 impl RowLock {
     pub fn new(options: LockOptions) -> Self {
         Self {
             options,
-            acquired: Arc::default(),
+            counters: Arc::new(Counters::new(BACKEND)),
         }
     }
 
@@ -48,8 +46,7 @@ impl RowLock {
         let mut ids = products.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        self.acquired.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_acquired(BACKEND, metrics::LockResult::Acquired, started.elapsed());
+        self.counters.acquired(started.elapsed());
         Locks::new(Rows {
             keys: ids.iter().map(|id| format!("product:{id}")).collect(),
             lost: CancellationToken::new(),
@@ -79,10 +76,7 @@ impl StockLock for RowLock {
     }
 
     fn stats(&self) -> LockStats {
-        LockStats {
-            acquired: self.acquired.load(Ordering::Relaxed),
-            ..LockStats::default()
-        }
+        self.counters.stats()
     }
 
     fn backend(&self) -> &'static str {

@@ -1,7 +1,7 @@
 //! The stock lock: one interface ([`StockLock`]), chosen once at start (`STOCK_LOCK`), and what
 //! its holders get back ([`Locks`]). The implementations: one Redis ([`redis`], the default),
-//! Redlock over independent Redis masters ([`redlock`]) and the database's own row locks
-//! ([`database`]); another lock service is one more module beside them, implementing the same
+//! Redlock over independent Redis masters ([`redlock`]), keys under a lease on an etcd cluster
+//! ([`etcd`]) and the database's own row locks ([`database`]); another lock service is one more module beside them, implementing the same
 //! two traits.
 //!
 //! A lock keeps contention cheap; it is **not** what keeps stock correct. Every stock write
@@ -17,7 +17,9 @@
 //!   right before commit and then rolls back;
 //! - when the lock service cannot be reached, locks that hold nothing instead of an error.
 
+mod counters;
 pub mod database;
+pub mod etcd;
 pub mod redis;
 pub mod redlock;
 
@@ -28,6 +30,7 @@ use futures_util::future::BoxFuture;
 use shared::ids::ProductId;
 use tokio_util::sync::CancellationToken;
 
+pub use counters::Counters;
 pub use redis::{Lease, MAX_HAND_OVERS, RedisLock, WAITER_TTL, waiter_key};
 
 /// The lock services `STOCK_LOCK` names.
@@ -38,17 +41,20 @@ pub enum Backend {
     Redis,
     /// A majority of independent Redis masters (`REDLOCK_URLS`): [`redlock::Redlock`].
     Redlock,
+    /// Keys under the instance's lease on an etcd cluster (`ETCD_ENDPOINTS`): [`etcd::EtcdLock`].
+    Etcd,
     /// No lock service: the rows of the service's own database ([`database::RowLock`]).
     Database,
 }
 
 impl Backend {
-    pub const ALL: [Self; 3] = [Self::Redis, Self::Redlock, Self::Database];
+    pub const ALL: [Self; 4] = [Self::Redis, Self::Redlock, Self::Etcd, Self::Database];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Redis => redis::BACKEND,
             Self::Redlock => redlock::BACKEND,
+            Self::Etcd => etcd::BACKEND,
             Self::Database => database::BACKEND,
         }
     }

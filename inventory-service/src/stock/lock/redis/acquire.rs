@@ -11,8 +11,7 @@ use platform::storage::redis::health::{RedisCallError, RedisHealth};
 use shared::ids::ProductId;
 
 use super::lease::{Lease, release_all, release_in_background};
-use super::{BACKEND, LockError, Locks, RedisLock, RedisLocks, local};
-use crate::metrics;
+use super::{LockError, Locks, RedisLock, RedisLocks, local};
 
 /// First and largest pause between two tries of a busy lock (full jitter in between).
 const BACKOFF_BASE: Duration = Duration::from_millis(2);
@@ -85,8 +84,7 @@ impl RedisLock {
         if inner.redis_down.swap(false, Ordering::Relaxed) {
             tracing::info!("Redis is reachable again: stock deductions take their locks again");
         }
-        inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_acquired(BACKEND, metrics::LockResult::Acquired, started.elapsed());
+        inner.counters.acquired(started.elapsed());
         Ok(Locks::new(
             RedisLocks::held(
                 conn,

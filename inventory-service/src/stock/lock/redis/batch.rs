@@ -10,8 +10,7 @@ use redis::Script;
 use shared::ids::ProductId;
 
 use super::lease::{Lease, release_all, release_in_background};
-use super::{BACKEND, Locks, Partial, RedisLock, RedisLocks, sorted_unique};
-use crate::metrics;
+use super::{Locks, Partial, RedisLock, RedisLocks, sorted_unique};
 
 /// `SET KEYS[i] ARGV[i + 1] NX PX ARGV[1]` for every key, in the order given (ascending
 /// product id); one 1 or 0 per key. A key that already holds its lease's token counts as
@@ -145,8 +144,7 @@ impl RedisLock {
             tracing::info!("Redis is reachable again: stock deductions take their locks again");
         }
         if !held.is_empty() {
-            inner.counters.acquired.fetch_add(1, Ordering::Relaxed);
-            metrics::lock_acquired(BACKEND, metrics::LockResult::Acquired, started.elapsed());
+            inner.counters.acquired(started.elapsed());
         }
         let locks = Locks::new(
             RedisLocks::held(conn, held, valid_until, inner.options, inner.health.clone())

@@ -55,7 +55,7 @@ mod lease;
 mod local;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use platform::storage::redis::RedisConnection;
@@ -68,19 +68,10 @@ pub use held::RedisLocks;
 pub use lease::{Lease, WAITER_TTL, waiter_key};
 pub use local::MAX_HAND_OVERS;
 
-use super::{LockError, LockOptions, LockStats, Locks, Partial, StockLock};
+use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
 
 /// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
 pub const BACKEND: &str = "redis";
-use crate::metrics;
-
-#[derive(Debug, Default)]
-struct Counters {
-    acquired: AtomicU64,
-    timeouts: AtomicU64,
-    bypassed: AtomicU64,
-    redis_failures: AtomicU64,
-}
 
 /// Takes per-product locks in Redis. Cheap to clone; one per process.
 #[derive(Clone)]
@@ -127,7 +118,7 @@ impl RedisLock {
                 health,
                 redis_down: AtomicBool::new(false),
                 local: local::LocalQueues::default(),
-                counters: Counters::default(),
+                counters: Counters::new(BACKEND),
             }),
         }
     }
@@ -138,18 +129,11 @@ impl RedisLock {
 
     /// What this locker did so far.
     pub fn stats(&self) -> LockStats {
-        let c = &self.inner.counters;
-        LockStats {
-            acquired: c.acquired.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            bypassed: c.bypassed.load(Ordering::Relaxed),
-            service_failures: c.redis_failures.load(Ordering::Relaxed),
-        }
+        self.inner.counters.stats()
     }
 
     fn timed_out(&self, started: Instant) -> LockError {
-        self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_acquired(BACKEND, metrics::LockResult::Timeout, started.elapsed());
+        self.inner.counters.timed_out(started.elapsed());
         LockError::Timeout(self.inner.options.wait)
     }
 
@@ -181,10 +165,6 @@ impl RedisLock {
     /// Locks that hold nothing, after `error`; a failed call (not one skipped because Redis
     /// was known down) is counted.
     fn bypass(&self, error: &RedisCallError) -> RedisLocks {
-        if matches!(error, RedisCallError::Failed(_)) {
-            let failures = &self.inner.counters.redis_failures;
-            failures.fetch_add(1, Ordering::Relaxed);
-        }
         if !self.inner.redis_down.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 %error,
@@ -192,8 +172,9 @@ impl RedisLock {
                  (the conditional update keeps stock correct)"
             );
         }
-        self.inner.counters.bypassed.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_bypassed(BACKEND);
+        self.inner
+            .counters
+            .bypassed(matches!(error, RedisCallError::Failed(_)));
         RedisLocks::bypassed()
     }
 }

@@ -32,7 +32,7 @@ mod held;
 mod scripts;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -45,8 +45,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use self::held::RedlockHeld;
-use super::{LockError, LockOptions, LockStats, Locks, Partial, StockLock};
-use crate::metrics;
+use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
 
 /// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
 pub const BACKEND: &str = "redlock";
@@ -72,10 +71,7 @@ struct Inner {
     drift: Duration,
     /// Set while fewer than a majority answer, so that is logged once per outage.
     unreachable: AtomicBool,
-    acquired: AtomicU64,
-    timeouts: AtomicU64,
-    bypassed: AtomicU64,
-    failures: AtomicU64,
+    counters: Counters,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -102,10 +98,7 @@ impl Redlock {
                 options,
                 drift,
                 unreachable: AtomicBool::new(false),
-                acquired: AtomicU64::new(0),
-                timeouts: AtomicU64::new(0),
-                bypassed: AtomicU64::new(0),
-                failures: AtomicU64::new(0),
+                counters: Counters::new(BACKEND),
             }),
         }
     }
@@ -191,8 +184,7 @@ impl Redlock {
             }
             let now = Instant::now();
             if now >= deadline {
-                self.inner.timeouts.fetch_add(1, Ordering::Relaxed);
-                metrics::lock_acquired(BACKEND, metrics::LockResult::Timeout, started.elapsed());
+                self.inner.counters.timed_out(started.elapsed());
                 return Err(LockError::Timeout(self.inner.options.wait));
             }
             let pause =
@@ -283,14 +275,12 @@ impl Redlock {
                 "a majority of the Redlock masters answers again: locks are taken again"
             );
         }
-        self.inner.acquired.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_acquired(BACKEND, metrics::LockResult::Acquired, started.elapsed());
+        self.inner.counters.acquired(started.elapsed());
         Locks::new(RedlockHeld::held(self.clone(), keys, token, until))
     }
 
     /// Locks that hold nothing: fewer than a majority of the masters answered.
     fn bypass<T>(&self, answers: &[redis::RedisResult<T>]) -> Locks {
-        self.inner.failures.fetch_add(1, Ordering::Relaxed);
         if !self.inner.unreachable.swap(true, Ordering::Relaxed) {
             let error = answers
                 .iter()
@@ -303,8 +293,7 @@ impl Redlock {
                  locks until they do (the conditional update keeps stock correct)"
             );
         }
-        self.inner.bypassed.fetch_add(1, Ordering::Relaxed);
-        metrics::lock_bypassed(BACKEND);
+        self.inner.counters.bypassed(true);
         Locks::new(RedlockHeld::bypassed())
     }
 
@@ -411,13 +400,7 @@ impl StockLock for Redlock {
     }
 
     fn stats(&self) -> LockStats {
-        let inner = &self.inner;
-        LockStats {
-            acquired: inner.acquired.load(Ordering::Relaxed),
-            timeouts: inner.timeouts.load(Ordering::Relaxed),
-            bypassed: inner.bypassed.load(Ordering::Relaxed),
-            service_failures: inner.failures.load(Ordering::Relaxed),
-        }
+        self.inner.counters.stats()
     }
 
     fn backend(&self) -> &'static str {

@@ -1,0 +1,358 @@
+//! [`EtcdLock`]: the stock lock on an etcd cluster (`STOCK_LOCK=etcd`, `ETCD_ENDPOINTS`). A
+//! product's lock is a key that exists under the instance's lease ([`lease`]); taking it is a
+//! transaction that creates the key only if it does not exist, freeing it one that deletes the
+//! key only if it still holds the holder's token. etcd replicates every write through Raft, so
+//! a lock taken survives the loss of any minority of the members, its leader included.
+//!
+//! - **Acquire** ([`EtcdLock::acquire_all`]): one transaction puts all of a batch's keys or
+//!   none; a busy batch tries again after a jittered pause, until `LOCK_WAIT_MS`.
+//! - **Batches** ([`EtcdLock::try_acquire_many`]): one transaction of one nested transaction
+//!   per key, each taking its key if it is free; the busy ones are reported.
+//! - **Large batches**: etcd refuses a transaction of more than 128 operations a branch
+//!   (`--max-txn-ops`), nested ones counted against their parent's, so keys go
+//!   [`MAX_KEYS_PER_TXN`] to a transaction ([`MAX_KEYS_PER_NESTED_TXN`] when each has its own
+//!   nested one), in ascending product id; an all-or-nothing acquisition then holds the first chunks while it waits for the
+//!   next, which cannot deadlock since every holder goes in the same order.
+//! - **Fencing tokens**: every key taken in one transaction carries that transaction's
+//!   revision, which etcd only ever increases; it is each key's token ([`super::Locks::tokens`])
+//!   and is logged. The conditional update's version check is what fences the stock rows.
+//! - **Kept alive and lost**: the lease's keep-alive is the renewal of every lock under it; a
+//!   lease that lapses is every such lock lost ([`super::Locks::ensure_held`] fails before
+//!   commit).
+//! - **Unreachable**: without a live lease, or when a call fails, the holder gets locks that
+//!   hold nothing, as with one Redis down: the conditional update decides.
+
+mod held;
+mod lease;
+mod members;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use futures_util::future::BoxFuture;
+use shared::ids::ProductId;
+use shared::keys::RedisKeys;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use uuid::Uuid;
+
+use self::held::EtcdHeld;
+use self::lease::{Epoch, Keeping, Lease};
+use self::members::Members;
+use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
+
+/// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
+pub const BACKEND: &str = "etcd";
+
+/// Keys per transaction: etcd's default `--max-txn-ops` (128 operations a branch).
+pub const MAX_KEYS_PER_TXN: usize = 128;
+
+/// Keys per transaction of one nested transaction per key: etcd counts a nested
+/// transaction's operations against what its parent's branch left of the same 128.
+pub const MAX_KEYS_PER_NESTED_TXN: usize = MAX_KEYS_PER_TXN / 2;
+
+/// First and largest pause between two tries of a busy lock (full jitter in between).
+const BACKOFF_BASE: Duration = Duration::from_millis(2);
+const BACKOFF_CAP: Duration = Duration::from_millis(50);
+
+/// The longest one call to etcd may take before etcd counts as unreachable for it.
+const CALL_TIMEOUT_CAP: Duration = Duration::from_secs(1);
+
+/// Takes per-product locks on an etcd cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct EtcdLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    members: Arc<Members>,
+    keys: RedisKeys,
+    options: LockOptions,
+    lease: Arc<Lease>,
+    /// Set after a failed call, so an outage is logged once.
+    unreachable: AtomicBool,
+    counters: Counters,
+    /// Stops the lease's keeper (and revokes the lease) when the last clone goes.
+    _keeper: DropGuard,
+}
+
+impl std::fmt::Debug for EtcdLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLock")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdLock {
+    /// A lock on the etcd cluster at `endpoints` (`http://host:port` or `host:port`). Connects
+    /// lazily: the service starts while etcd is down, and its lease is granted once etcd
+    /// answers. Fails only on an endpoint that is not an address.
+    pub async fn connect(
+        endpoints: &[String],
+        keys: RedisKeys,
+        options: LockOptions,
+    ) -> anyhow::Result<Self> {
+        let call_timeout = (options.ttl / 3).min(CALL_TIMEOUT_CAP);
+        let members = Arc::new(Members::connect(endpoints, call_timeout).await?);
+        let lease = Arc::new(Lease::default());
+        let stop = CancellationToken::new();
+        tokio::spawn(lease::keep(
+            members.clone(),
+            lease.clone(),
+            Keeping {
+                ttl: options.ttl,
+                call_timeout,
+                renew: options.renew,
+            },
+            stop.clone(),
+        ));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                members,
+                keys,
+                options,
+                lease,
+                unreachable: AtomicBool::new(false),
+                counters: Counters::new(BACKEND),
+                _keeper: stop.drop_guard(),
+            }),
+        })
+    }
+
+    /// The etcd key of `product`'s lock.
+    pub fn key(&self, product: ProductId) -> String {
+        self.inner.keys.product_lock(product)
+    }
+
+    /// The lease new locks go under, while one is live.
+    pub fn lease_id(&self) -> Option<i64> {
+        self.inner.lease.current().map(|epoch| epoch.id)
+    }
+
+    /// `true` while the instance holds a live lease: etcd answers, and a majority of its
+    /// members keeps the lease alive. `/readyz` names `etcd` otherwise.
+    pub fn answers(&self) -> bool {
+        self.inner.lease.current().is_some()
+    }
+
+    fn ids_of(products: &[ProductId]) -> Vec<ProductId> {
+        let mut ids = products.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Locks every product of `products` (duplicates ignored), all or none per transaction.
+    pub async fn acquire_all(&self, products: &[ProductId]) -> Result<Locks, LockError> {
+        let keys: Vec<String> = Self::ids_of(products)
+            .into_iter()
+            .map(|id| self.key(id))
+            .collect();
+        let started = Instant::now();
+        let deadline = started + self.inner.options.wait;
+        let token = Uuid::new_v4().to_string();
+        let Some(epoch) = self.inner.lease.current() else {
+            return Ok(self.bypass(None));
+        };
+        let mut taken = Vec::with_capacity(keys.len());
+        let mut attempt = 0;
+        for chunk in keys.chunks(MAX_KEYS_PER_TXN) {
+            loop {
+                let answer = self.call(take_all(chunk, &token, epoch.id)).await;
+                let revision = answer
+                    .as_ref()
+                    .ok()
+                    .filter(|r| r.succeeded())
+                    .map(|r| r.header().map_or(0, |h| h.revision()));
+                match (answer, revision) {
+                    (Ok(_), Some(revision)) => {
+                        taken.extend(chunk.iter().map(|key| (key.clone(), revision)));
+                        break;
+                    }
+                    (Err(error), _) => {
+                        self.release_in_background(&taken, &token);
+                        return Ok(self.bypass(Some(error)));
+                    }
+                    (Ok(_), None) => {}
+                }
+                // Busy. A lease that lapsed meanwhile took what was held with it.
+                let now = Instant::now();
+                if now >= deadline || !epoch.is_live() {
+                    self.release_in_background(&taken, &token);
+                    self.inner.counters.timed_out(started.elapsed());
+                    return Err(LockError::Timeout(self.inner.options.wait));
+                }
+                let pause = platform::retry::backoff(attempt, BACKOFF_BASE, BACKOFF_CAP)
+                    .min(deadline - now);
+                attempt += 1;
+                tokio::time::sleep(pause).await;
+            }
+        }
+        Ok(self.held(taken, token, epoch, started))
+    }
+
+    /// Takes, without waiting, every free product of `products`; reports the busy ones.
+    pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
+        let ids = Self::ids_of(products);
+        let token = Uuid::new_v4().to_string();
+        let started = Instant::now();
+        let Some(epoch) = self.inner.lease.current() else {
+            return Partial {
+                locks: self.bypass(None),
+                busy: Vec::new(),
+            };
+        };
+        let (mut taken, mut busy) = (Vec::new(), Vec::new());
+        for chunk in ids.chunks(MAX_KEYS_PER_NESTED_TXN) {
+            let each = chunk.iter().map(|id| {
+                let key = self.key(*id);
+                TxnOp::txn(take_all(std::slice::from_ref(&key), &token, epoch.id))
+            });
+            let answer = match self
+                .call(Txn::new().and_then(each.collect::<Vec<_>>()))
+                .await
+            {
+                Ok(answer) => answer,
+                Err(error) => {
+                    self.release_in_background(&taken, &token);
+                    return Partial {
+                        locks: self.bypass(Some(error)),
+                        busy: Vec::new(),
+                    };
+                }
+            };
+            let revision = answer.header().map_or(0, |h| h.revision());
+            for (id, nested) in chunk.iter().zip(answer.op_responses()) {
+                if matches!(nested, TxnOpResponse::Txn(t) if t.succeeded()) {
+                    taken.push((self.key(*id), revision));
+                } else {
+                    busy.push(*id);
+                }
+            }
+        }
+        let locks = if taken.is_empty() {
+            Locks::new(EtcdHeld::nothing())
+        } else {
+            self.held(taken, token, epoch, started)
+        };
+        Partial { locks, busy }
+    }
+
+    fn held(
+        &self,
+        taken: Vec<(String, i64)>,
+        token: String,
+        epoch: Arc<Epoch>,
+        started: Instant,
+    ) -> Locks {
+        if self.inner.unreachable.swap(false, Ordering::Relaxed) {
+            tracing::info!("etcd answers again: stock locks are taken again");
+        }
+        self.inner.counters.acquired(started.elapsed());
+        tracing::debug!(
+            lease = epoch.id,
+            keys = ?taken,
+            "etcd stock locks taken; each key's revision is its fencing token"
+        );
+        Locks::new(EtcdHeld::held(self.clone(), taken, token, epoch))
+    }
+
+    /// Locks that hold nothing: etcd has no live lease for this instance, or a call failed.
+    fn bypass(&self, error: Option<etcd_client::Error>) -> Locks {
+        self.inner.counters.bypassed(error.is_some());
+        if let Some(error) = error
+            && !self.inner.unreachable.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                %error,
+                "etcd does not answer: deducting stock without locks until it does (the \
+                 conditional update keeps stock correct)"
+            );
+        }
+        Locks::new(EtcdHeld::bypassed())
+    }
+
+    async fn call(&self, txn: Txn) -> Result<etcd_client::TxnResponse, etcd_client::Error> {
+        self.inner
+            .members
+            .call(|mut client| {
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
+            })
+            .await
+    }
+
+    /// Deletes each of `taken` that still holds `token`: one transaction per chunk, of one
+    /// nested transaction per key, so a key lost to another holder stays theirs.
+    async fn release(&self, taken: &[(String, i64)], token: &str) {
+        for chunk in taken.chunks(MAX_KEYS_PER_NESTED_TXN) {
+            let each: Vec<TxnOp> = chunk
+                .iter()
+                .map(|(key, _)| {
+                    TxnOp::txn(
+                        Txn::new()
+                            .when([Compare::value(key.as_str(), CompareOp::Equal, token)])
+                            .and_then([TxnOp::delete(key.as_str(), None)]),
+                    )
+                })
+                .collect();
+            if let Err(error) = self.call(Txn::new().and_then(each)).await {
+                tracing::debug!(%error, "could not free etcd stock locks; they go with the lease");
+            }
+        }
+    }
+
+    fn release_in_background(&self, taken: &[(String, i64)], token: &str) {
+        if taken.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let (lock, taken, token) = (self.clone(), taken.to_vec(), token.to_owned());
+        tokio::spawn(async move { lock.release(&taken, &token).await });
+    }
+}
+
+/// Puts every key of `keys` under `lease` with `token`, if none of them exists.
+fn take_all(keys: &[String], token: &str, lease: i64) -> Txn {
+    let free: Vec<Compare> = keys
+        .iter()
+        .map(|key| Compare::create_revision(key.as_str(), CompareOp::Equal, 0))
+        .collect();
+    let put: Vec<TxnOp> = keys
+        .iter()
+        .map(|key| {
+            TxnOp::put(
+                key.as_str(),
+                token,
+                Some(PutOptions::new().with_lease(lease)),
+            )
+        })
+        .collect();
+    Txn::new().when(free).and_then(put)
+}
+
+impl StockLock for EtcdLock {
+    fn acquire_all<'a>(
+        &'a self,
+        products: &'a [ProductId],
+    ) -> BoxFuture<'a, Result<Locks, LockError>> {
+        Box::pin(EtcdLock::acquire_all(self, products))
+    }
+
+    fn try_acquire_many<'a>(&'a self, products: &'a [ProductId]) -> BoxFuture<'a, Partial> {
+        Box::pin(EtcdLock::try_acquire_many(self, products))
+    }
+
+    fn options(&self) -> LockOptions {
+        self.inner.options
+    }
+
+    fn stats(&self) -> LockStats {
+        self.inner.counters.stats()
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}
