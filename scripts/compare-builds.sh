@@ -18,7 +18,8 @@
 # build with itself); any other variable the services read passes through to both. Ports
 # 18080/18081 must be free.
 #
-# create-orders also gives the CPU ms per order of our own processes at saturation (k6's setup,
+# direct-deductions and create-orders also give the p99 of the stock lock's acquisitions
+# (lock_wait_seconds). create-orders also gives the CPU ms per order of our own processes at saturation (k6's setup,
 # 1,000 product reads, counted with it). `moderate` is create-orders at a constant RATE on products seeded in SQL (so nothing but the
 # orders is counted), and gives four figures per run: CPU ms per order of our own processes
 # (both services, PostgreSQL, Redis: scripts/lib/cpu.sh), the order POST's p99, and the p50
@@ -214,6 +215,11 @@ run_one() { # workload, dir, label
     orders="$(jq -r '.report.orders_created' "$summary")"
     record create-orders-cpu-ms-per-order "$3" "$(cpu_own_ms "$before" "$after" "$orders")"
     record_others create-orders "$3" "$before" "$after" "$orders" "$k6_cpu" "$switched" "$waking"
+  fi
+  if [ "$1" = direct-deductions ] || [ "$1" = create-orders ]; then
+    # The stock lock's acquisitions over the run (lock_wait_seconds, every backend's series).
+    record "$1-lock-wait-p99-ms" "$3" \
+      "$(curl -fs "$INVENTORY_URL/metrics" | scripts/lib/quantile.py lock_wait_seconds 0.99)"
   fi
   if [ "$1" = flash-sale ]; then
     local invariants

@@ -89,19 +89,19 @@ pub fn register() {
         &["insufficient_stock", "unknown_product", "cancelled"],
     );
     metrics::gauge!(HOLDS_OVERDUE).set(0.0);
-    // Registering the histogram's handle is enough for the exporter to render it with
-    // empty buckets.
-    let _registered = metrics::histogram!(LOCK_WAIT_SECONDS);
 }
 
 /// Registers the stock lock's series at zero for the lock service start-up chose: the
-/// `backend` label names it (`redis`, `redlock`, `database`).
+/// `backend` label names it (`redis`, `redlock`, `etcd`, `database`).
 pub fn register_lock(backend: &'static str) {
     for result in ["acquired", "timeout", "lost", "bypassed"] {
         metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => result, "backend" => backend)
             .absolute(0);
     }
     metrics::counter!(LOCK_RENEWALS_TOTAL, "backend" => backend).absolute(0);
+    // Registering the histogram's handle is enough for the exporter to render it with
+    // empty buckets.
+    let _registered = metrics::histogram!(LOCK_WAIT_SECONDS, "backend" => backend);
 }
 
 pub fn lock_acquired(backend: &'static str, result: LockResult, waited: Duration) {
@@ -111,7 +111,7 @@ pub fn lock_acquired(backend: &'static str, result: LockResult, waited: Duration
     };
     metrics::counter!(LOCK_ACQUISITIONS_TOTAL, "result" => label, "backend" => backend)
         .increment(1);
-    metrics::histogram!(LOCK_WAIT_SECONDS).record(waited.as_secs_f64());
+    metrics::histogram!(LOCK_WAIT_SECONDS, "backend" => backend).record(waited.as_secs_f64());
 }
 
 pub fn lock_bypassed(backend: &'static str) {

@@ -292,10 +292,17 @@ pub(crate) async fn sixty_deductions_across_a_fault(
     let early: Vec<_> = (0..30).map(send).collect();
     fault.await;
     let late: Vec<_> = (30..60).map(send).collect();
-    let mut statuses = Vec::new();
-    for task in early.into_iter().chain(late) {
-        statuses.push(task.await.expect("a deduction"));
-    }
+    // A lock left behind for good would keep every deduction busy until its retries ran out
+    // (200 × the request timeout): fail well before that.
+    let statuses = tokio::time::timeout(Duration::from_secs(120), async {
+        let mut statuses = Vec::new();
+        for task in early.into_iter().chain(late) {
+            statuses.push(task.await.expect("a deduction"));
+        }
+        statuses
+    })
+    .await
+    .expect("sixty deductions answered within 120 s");
     let applied = statuses.iter().filter(|s| **s == 200).count();
     let refused = statuses.iter().filter(|s| **s == 409).count();
     assert_eq!((applied, refused), (20, 40), "{statuses:?}");

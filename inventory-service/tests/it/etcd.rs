@@ -217,6 +217,16 @@ async fn a_majority_lost_loses_the_locks_bypasses_and_makes_readyz_name_etcd() {
         .expect("POST /deductions");
     assert_eq!(answer.status(), 200);
     assert_eq!(app.stock(1).await, 3);
+    let metrics = app.metrics().await;
+    for series in [
+        r#"lock_acquisitions_total{result="acquired",backend="etcd"}"#,
+        r#"lock_acquisitions_total{result="bypassed",backend="etcd"}"#,
+        r#"lock_acquisitions_total{result="lost",backend="etcd"}"#,
+        r#"lock_renewals_total{backend="etcd"}"#,
+        r#"lock_wait_seconds_bucket{backend="etcd","#,
+    ] {
+        assert!(metrics.contains(series), "missing {series}");
+    }
 
     cluster.restart(0).await;
     cluster.restart(1).await;

@@ -39,7 +39,7 @@ async fn every_lock_and_deduction_metric_is_exposed(backend: Backend) {
         r#"lock_acquisitions_total{result="bypassed",backend="redis"}"#,
         r#"lock_renewals_total{backend="redis"}"#,
         "deduction_version_conflicts_total",
-        "lock_wait_seconds_bucket",
+        r#"lock_wait_seconds_bucket{backend="redis","#,
         r#"deductions_total{result="applied"}"#,
         "http_requests_total",
     ] {

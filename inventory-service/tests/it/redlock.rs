@@ -241,4 +241,12 @@ async fn two_instances_on_redlock_with_a_master_frozen_mid_sale_sell_exactly_the
         assert!(stats.acquired > 0, "{stats:?}");
         assert_eq!(stats.bypassed, 0, "two masters always answered: {stats:?}");
     }
+    let metrics = first.metrics().await;
+    for series in [
+        r#"lock_acquisitions_total{result="acquired",backend="redlock"}"#,
+        r#"lock_renewals_total{backend="redlock"}"#,
+        r#"lock_wait_seconds_bucket{backend="redlock","#,
+    ] {
+        assert!(metrics.contains(series), "missing {series}");
+    }
 }

@@ -13,6 +13,10 @@
 //!   [`MAX_KEYS_PER_TXN`] to a transaction ([`MAX_KEYS_PER_NESTED_TXN`] when each has its own
 //!   nested one), in ascending product id; an all-or-nothing acquisition then holds the first chunks while it waits for the
 //!   next, which cannot deadlock since every holder goes in the same order.
+//! - **Lost answers**: a try that timed out may have committed. Its keys hold the holder's
+//!   token, so a retry reads them back and counts them taken ([`taken_whole`]), and an
+//!   acquisition that ends without handing its locks over frees every key holding its token
+//!   ([`Attempt`]): a key left behind would stay busy as long as the lease is kept alive.
 //! - **Fencing tokens**: every key taken in one transaction carries that transaction's
 //!   revision, which etcd only ever increases; it is each key's token ([`super::Locks::tokens`])
 //!   and is logged. The conditional update's version check is what fences the stock rows.
@@ -156,31 +160,25 @@ impl EtcdLock {
         let Some(epoch) = self.inner.lease.current() else {
             return Ok(self.bypass(None));
         };
+        // Frees every key of the acquisition that holds its token on any way out but success,
+        // this future's drop included: a call that failed or was abandoned may have committed.
+        let attempt_guard = Attempt::new(self, &keys, &token);
         let mut taken = Vec::with_capacity(keys.len());
         let mut attempt = 0;
         for chunk in keys.chunks(MAX_KEYS_PER_TXN) {
             loop {
-                let answer = self.call(take_all(chunk, &token, epoch.id)).await;
-                let revision = answer
-                    .as_ref()
-                    .ok()
-                    .filter(|r| r.succeeded())
-                    .map(|r| r.header().map_or(0, |h| h.revision()));
-                match (answer, revision) {
-                    (Ok(_), Some(revision)) => {
-                        taken.extend(chunk.iter().map(|key| (key.clone(), revision)));
-                        break;
+                match self.call(take(chunk, &token, epoch.id)).await {
+                    Ok(answer) => {
+                        if let Some(revisions) = taken_whole(&answer, &token) {
+                            taken.extend(chunk.iter().cloned().zip(revisions));
+                            break;
+                        }
                     }
-                    (Err(error), _) => {
-                        self.release_in_background(&taken, &token);
-                        return Ok(self.bypass(Some(error)));
-                    }
-                    (Ok(_), None) => {}
+                    Err(error) => return Ok(self.bypass(Some(error))),
                 }
                 // Busy. A lease that lapsed meanwhile took what was held with it.
                 let now = Instant::now();
                 if now >= deadline || !epoch.is_live() {
-                    self.release_in_background(&taken, &token);
                     self.inner.counters.timed_out(started.elapsed());
                     return Err(LockError::Timeout(self.inner.options.wait));
                 }
@@ -190,12 +188,14 @@ impl EtcdLock {
                 tokio::time::sleep(pause).await;
             }
         }
+        attempt_guard.disarm();
         Ok(self.held(taken, token, epoch, started))
     }
 
     /// Takes, without waiting, every free product of `products`; reports the busy ones.
     pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
         let ids = Self::ids_of(products);
+        let keys: Vec<String> = ids.iter().map(|id| self.key(*id)).collect();
         let token = Uuid::new_v4().to_string();
         let started = Instant::now();
         let Some(epoch) = self.inner.lease.current() else {
@@ -204,19 +204,19 @@ impl EtcdLock {
                 busy: Vec::new(),
             };
         };
+        let attempt_guard = Attempt::new(self, &keys, &token);
         let (mut taken, mut busy) = (Vec::new(), Vec::new());
-        for chunk in ids.chunks(MAX_KEYS_PER_NESTED_TXN) {
-            let each = chunk.iter().map(|id| {
-                let key = self.key(*id);
-                TxnOp::txn(take_all(std::slice::from_ref(&key), &token, epoch.id))
-            });
-            let answer = match self
-                .call(Txn::new().and_then(each.collect::<Vec<_>>()))
-                .await
-            {
+        for (chunk, chunk_ids) in keys
+            .chunks(MAX_KEYS_PER_NESTED_TXN)
+            .zip(ids.chunks(MAX_KEYS_PER_NESTED_TXN))
+        {
+            let each: Vec<TxnOp> = chunk
+                .iter()
+                .map(|key| TxnOp::txn(take(std::slice::from_ref(key), &token, epoch.id)))
+                .collect();
+            let answer = match self.call(Txn::new().and_then(each)).await {
                 Ok(answer) => answer,
                 Err(error) => {
-                    self.release_in_background(&taken, &token);
                     return Partial {
                         locks: self.bypass(Some(error)),
                         busy: Vec::new(),
@@ -224,14 +224,21 @@ impl EtcdLock {
                 }
             };
             let revision = answer.header().map_or(0, |h| h.revision());
-            for (id, nested) in chunk.iter().zip(answer.op_responses()) {
-                if matches!(nested, TxnOpResponse::Txn(t) if t.succeeded()) {
-                    taken.push((self.key(*id), revision));
-                } else {
-                    busy.push(*id);
+            for ((key, id), nested) in chunk.iter().zip(chunk_ids).zip(answer.op_responses()) {
+                let mine = match &nested {
+                    TxnOpResponse::Txn(one) if one.succeeded() => Some(revision),
+                    TxnOpResponse::Txn(one) => {
+                        taken_whole(one, &token).and_then(|r| r.first().copied())
+                    }
+                    _ => None,
+                };
+                match mine {
+                    Some(revision) => taken.push((key.clone(), revision)),
+                    None => busy.push(*id),
                 }
             }
         }
+        attempt_guard.disarm();
         let locks = if taken.is_empty() {
             Locks::new(EtcdHeld::nothing())
         } else {
@@ -313,8 +320,10 @@ impl EtcdLock {
     }
 }
 
-/// Puts every key of `keys` under `lease` with `token`, if none of them exists.
-fn take_all(keys: &[String], token: &str, lease: i64) -> Txn {
+/// Puts every key of `keys` under `lease` with `token` if none of them exists; reads them
+/// otherwise, so that [`taken_whole`] can tell keys of ours (a try that committed although its
+/// answer was lost) from another holder's.
+fn take(keys: &[String], token: &str, lease: i64) -> Txn {
     let free: Vec<Compare> = keys
         .iter()
         .map(|key| Compare::create_revision(key.as_str(), CompareOp::Equal, 0))
@@ -329,7 +338,66 @@ fn take_all(keys: &[String], token: &str, lease: i64) -> Txn {
             )
         })
         .collect();
-    Txn::new().when(free).and_then(put)
+    let read: Vec<TxnOp> = keys
+        .iter()
+        .map(|key| TxnOp::get(key.as_str(), None))
+        .collect();
+    Txn::new().when(free).and_then(put).or_else(read)
+}
+
+/// Each key's revision when a [`take`] holds all of its keys for `token`: it put them, or
+/// they already held `token` (an earlier try of the same acquisition committed).
+fn taken_whole(answer: &etcd_client::TxnResponse, token: &str) -> Option<Vec<i64>> {
+    let responses = answer.op_responses();
+    if answer.succeeded() {
+        let revision = answer.header().map_or(0, |h| h.revision());
+        return Some(vec![revision; responses.len()]);
+    }
+    responses
+        .iter()
+        .map(|response| match response {
+            TxnOpResponse::Get(read) => read
+                .kvs()
+                .first()
+                .filter(|kv| kv.value() == token.as_bytes())
+                .map(|kv| kv.mod_revision()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An acquisition under way: until disarmed, dropping it frees every one of its keys that
+/// holds its token, in the background.
+struct Attempt<'a> {
+    lock: &'a EtcdLock,
+    keys: &'a [String],
+    token: &'a str,
+    armed: bool,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(lock: &'a EtcdLock, keys: &'a [String], token: &'a str) -> Self {
+        Self {
+            lock,
+            keys,
+            token,
+            armed: true,
+        }
+    }
+
+    /// The acquisition's keys are handed over (or none of its tries can have taken any).
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let keys: Vec<(String, i64)> = self.keys.iter().map(|key| (key.clone(), 0)).collect();
+            self.lock.release_in_background(&keys, self.token);
+        }
+    }
 }
 
 impl StockLock for EtcdLock {
