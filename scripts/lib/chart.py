@@ -6,7 +6,8 @@ limit, as an SVG of horizontal bars (no plotting library needed).
 
 figures.json: {"title": "...", "groups": [{"name": "orders/s (create-orders, 50 VUs)",
 "unit": "/s", "better": "higher", "bars": [{"label": "services", "value": 786.6}, ...]}]}.
-A bar whose value is null or not a number is drawn as "not measured". Each group has its own
+A bar whose value is null or not a number is drawn as "not measured"; a group with
+"compare": false draws its bars without saying how the first compares. Each group has its own
 scale (its longest bar fills the width), so groups of different units sit on one page; each
 bar after the first says how the first (ours) compares with it.
 """
@@ -66,7 +67,7 @@ def render(spec):
                 w = max(1.0, (WIDTH - LABEL_W - 230) * v / top)
                 colour = COLOURS[n % len(COLOURS)]
                 note = figure(v, group.get("unit", ""))
-                if n > 0 and first and v:
+                if n > 0 and first and v and group.get("compare", True):
                     if better == "lower" and v >= first:
                         note += f"  (ours {v / first:.1f}× less)"
                     elif better == "lower":
