@@ -115,12 +115,19 @@ impl Held for EtcdHeld {
         self.released = true;
         let taken = std::mem::take(&mut self.taken);
         let (lock, token) = (self.lock.take(), std::mem::take(&mut self.token));
-        // Until etcd freed the keys, so that the next holder (often this process's next batch
-        // of the same products) finds them free.
+        // Spawned, so that it runs even if the caller drops the future unpolled; awaited until
+        // etcd freed the keys, so that the next holder (often this process's next batch of the
+        // same products) finds them free.
+        let Some(lock) = lock else {
+            return Box::pin(async {});
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            lock.release_in_background(&taken, &token);
+            return Box::pin(async {});
+        }
+        let release = tokio::spawn(async move { lock.release(&taken, &token).await });
         Box::pin(async move {
-            if let Some(lock) = lock {
-                lock.release(&taken, &token).await;
-            }
+            let _ = release.await;
         })
     }
 }

@@ -154,6 +154,15 @@ pub(super) async fn keep(
         );
         epoch.lapsed.cancel();
         lease.publish(None);
+        // Declared lapsed by this side's conservative clock, the lease may live on in etcd for
+        // a while: revoke it, so its keys free their products now (best effort, beside the
+        // next grant).
+        let (members, id) = (members.clone(), epoch.id);
+        tokio::spawn(async move {
+            let _ = members
+                .call(|mut c| async move { c.lease_revoke(id).await })
+                .await;
+        });
     }
 }
 

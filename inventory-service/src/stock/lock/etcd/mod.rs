@@ -17,6 +17,9 @@
 //!   token, so a retry reads them back and counts them taken ([`taken_whole`]), and an
 //!   acquisition that ends without handing its locks over frees every key holding its token
 //!   ([`Attempt`]): a key left behind would stay busy as long as the lease is kept alive.
+//! - **Nothing left behind**: a key whose release failed, or whose `take` committed after its
+//!   acquisition had moved on, would stay busy under the kept-alive lease; once a TTL the
+//!   [`sweep`] frees every key under the lease whose token no acquisition or holder wants.
 //! - **Fencing tokens**: every key taken in one transaction carries that transaction's
 //!   revision, which etcd only ever increases; it is each key's token ([`super::Locks::tokens`])
 //!   and is logged. The conditional update's version check is what fences the stock rows.
@@ -29,6 +32,7 @@
 mod held;
 mod lease;
 mod members;
+mod sweep;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +48,7 @@ use uuid::Uuid;
 use self::held::EtcdHeld;
 use self::lease::{Epoch, Keeping, Lease};
 use self::members::Members;
+use self::sweep::Tokens;
 use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
 
 /// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
@@ -74,6 +79,8 @@ struct Inner {
     keys: RedisKeys,
     options: LockOptions,
     lease: Arc<Lease>,
+    /// The tokens whose keys are wanted; the sweep frees any other key under the lease.
+    tokens: Arc<Tokens>,
     /// Set after a failed call, so an outage is logged once.
     unreachable: AtomicBool,
     counters: Counters,
@@ -101,7 +108,15 @@ impl EtcdLock {
         let call_timeout = (options.ttl / 3).min(CALL_TIMEOUT_CAP);
         let members = Arc::new(Members::connect(endpoints, call_timeout).await?);
         let lease = Arc::new(Lease::default());
+        let tokens = Arc::new(Tokens::default());
         let stop = CancellationToken::new();
+        tokio::spawn(sweep::sweep(
+            members.clone(),
+            lease.clone(),
+            tokens.clone(),
+            options.ttl,
+            stop.clone(),
+        ));
         tokio::spawn(lease::keep(
             members.clone(),
             lease.clone(),
@@ -118,6 +133,7 @@ impl EtcdLock {
                 keys,
                 options,
                 lease,
+                tokens,
                 unreachable: AtomicBool::new(false),
                 counters: Counters::new(BACKEND),
                 _keeper: stop.drop_guard(),
@@ -160,6 +176,7 @@ impl EtcdLock {
         let Some(epoch) = self.inner.lease.current() else {
             return Ok(self.bypass(None));
         };
+        self.inner.tokens.begin(&token);
         // Frees every key of the acquisition that holds its token on any way out but success,
         // this future's drop included: a call that failed or was abandoned may have committed.
         let attempt_guard = Attempt::new(self, &keys, &token);
@@ -204,6 +221,7 @@ impl EtcdLock {
                 busy: Vec::new(),
             };
         };
+        self.inner.tokens.begin(&token);
         let attempt_guard = Attempt::new(self, &keys, &token);
         let (mut taken, mut busy) = (Vec::new(), Vec::new());
         for (chunk, chunk_ids) in keys
@@ -240,6 +258,8 @@ impl EtcdLock {
         }
         attempt_guard.disarm();
         let locks = if taken.is_empty() {
+            // Nothing to free; a late commit of a busy key's try is the sweep's.
+            self.inner.tokens.end(&token);
             Locks::new(EtcdHeld::nothing())
         } else {
             self.held(taken, token, epoch, started)
@@ -292,7 +312,9 @@ impl EtcdLock {
     }
 
     /// Deletes each of `taken` that still holds `token`: one transaction per chunk, of one
-    /// nested transaction per key, so a key lost to another holder stays theirs.
+    /// nested transaction per key, so a key lost to another holder stays theirs. Then the
+    /// token is no longer wanted: a key it still holds (a failed delete, a late commit) is the
+    /// sweep's.
     async fn release(&self, taken: &[(String, i64)], token: &str) {
         for chunk in taken.chunks(MAX_KEYS_PER_NESTED_TXN) {
             let each: Vec<TxnOp> = chunk
@@ -306,13 +328,15 @@ impl EtcdLock {
                 })
                 .collect();
             if let Err(error) = self.call(Txn::new().and_then(each)).await {
-                tracing::debug!(%error, "could not free etcd stock locks; they go with the lease");
+                tracing::debug!(%error, "could not free etcd stock locks; the sweep will");
             }
         }
+        self.inner.tokens.end(token);
     }
 
     fn release_in_background(&self, taken: &[(String, i64)], token: &str) {
         if taken.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            self.inner.tokens.end(token);
             return;
         }
         let (lock, taken, token) = (self.clone(), taken.to_vec(), token.to_owned());
