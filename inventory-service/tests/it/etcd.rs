@@ -156,7 +156,10 @@ async fn a_key_left_under_the_lease_by_no_holder_is_freed_by_the_sweep() {
     // A holder's key under the same lease is left alone.
     let held = lock.acquire_all(&[ProductId(8)]).await.expect("a lock");
     eventually(Duration::from_secs(10), || async {
-        key_on(&cluster, &lock.key(PRODUCT)).await.is_none().then_some(())
+        key_on(&cluster, &lock.key(PRODUCT))
+            .await
+            .is_none()
+            .then_some(())
     })
     .await;
     assert!(key_on(&cluster, &lock.key(ProductId(8))).await.is_some());
@@ -281,7 +284,10 @@ async fn a_majority_lost_loses_the_locks_bypasses_and_makes_readyz_name_etcd() {
         r#"lock_acquisitions_total{result="lost",backend="etcd"}"#,
         r#"lock_wait_seconds_count{backend="etcd"}"#,
     ] {
-        assert!(value_of(&metrics, series) >= 1.0, "{series} counted nothing");
+        assert!(
+            value_of(&metrics, series) >= 1.0,
+            "{series} counted nothing"
+        );
     }
 }
 
