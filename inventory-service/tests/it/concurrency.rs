@@ -205,13 +205,7 @@ async fn applied_rows(app: &TestApp) -> i64 {
 /// only the database (versions, `stock >= 0`) stands between them and overselling.
 async fn two_instances_without_a_shared_lock_never_oversell(backend: Backend) {
     let patient = |c: &mut inventory_service::Config| c.lock_wait = Duration::from_secs(30);
-    let first = TestApp::spawn_on(backend, patient).await;
-    let url = first.config.database_urls[0].clone();
-    let second = TestApp::spawn_on(backend, move |c| {
-        patient(c);
-        c.database_urls = vec![url];
-    })
-    .await;
+    let (first, second) = TestApp::two_on_one_database(backend, patient).await;
     first.create_product(1, 10).await;
     let ids: Vec<String> = (0..30).map(|i| format!("two-{i}")).collect();
     let statuses = stampede_over(&[&first, &second], 1, &ids).await;

@@ -22,13 +22,7 @@ fn on_rows(config: &mut inventory_service::Config) {
 }
 
 async fn two_instances_on_the_database_lock_sell_exactly_the_stock(backend: Backend) {
-    let first = TestApp::spawn_on(backend, on_rows).await;
-    let url = first.config.database_urls[0].clone();
-    let second = TestApp::spawn_on(backend, move |c| {
-        on_rows(c);
-        c.database_urls = vec![url];
-    })
-    .await;
+    let (first, second) = TestApp::two_on_one_database(backend, on_rows).await;
     first.create_product(1, 20).await;
     for app in [&first, &second] {
         assert_eq!(app.deductions.locker().backend(), "database");

@@ -11,7 +11,7 @@ use inventory_service::stock::lock::{Backend as LockBackend, LockError, LockOpti
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 use testkit::etcd::EtcdCluster;
-use testkit::{Backend, eventually, redis_prefix};
+use testkit::{Backend, eventually, redis_prefix, wait_until_ok};
 
 use crate::concurrency::{a_stalled_holder_cannot_oversell, sixty_deductions_across_a_fault};
 use crate::helpers::{TestApp, deduction_body};
@@ -35,15 +35,6 @@ fn options(ttl_ms: u64, wait_ms: u64, renew: bool) -> LockOptions {
         wait: Duration::from_millis(wait_ms),
         renew,
     }
-}
-
-/// Waits until `app`'s `/readyz` answers 200: its lease granted, among the rest.
-async fn until_ready(app: &TestApp, deadline: Duration) {
-    eventually(deadline, || async {
-        let ready = app.anonymous.get(app.url("/readyz")).send().await.ok()?;
-        (ready.status() == 200).then_some(())
-    })
-    .await;
 }
 
 /// The value of one series on a `/metrics` page (0 when it is not there).
@@ -225,7 +216,7 @@ async fn a_majority_lost_loses_the_locks_bypasses_and_makes_readyz_name_etcd() {
     })
     .await;
     let lock = app.deductions.locker();
-    until_ready(&app, Duration::from_secs(10)).await;
+    wait_until_ok(&app.url("/readyz")).await;
     let held = lock.acquire(PRODUCT).await.expect("the lock");
     assert!(!held.is_bypassed());
     cluster.kill(0);
@@ -265,7 +256,7 @@ async fn a_majority_lost_loses_the_locks_bypasses_and_makes_readyz_name_etcd() {
     assert_eq!(app.stock(1).await, 3);
     cluster.restart(0).await;
     cluster.restart(1).await;
-    until_ready(&app, Duration::from_secs(20)).await;
+    wait_until_ok(&app.url("/readyz")).await;
     let again = lock.acquire(PRODUCT).await.expect("the lock again");
     assert!(!again.is_bypassed());
     again.release().await;
@@ -309,15 +300,9 @@ async fn two_instances_on_etcd_with_the_leader_killed_mid_sale_sell_exactly_the_
         c.lock_ttl = Duration::from_millis(2_000);
         c.lock_wait = Duration::from_secs(30);
     };
-    let first = TestApp::spawn_on(backend, on_etcd.clone()).await;
-    let url = first.config.database_urls[0].clone();
-    let second = TestApp::spawn_on(backend, move |c| {
-        on_etcd(c);
-        c.database_urls = vec![url];
-    })
-    .await;
+    let (first, second) = TestApp::two_on_one_database(backend, on_etcd).await;
     for app in [&first, &second] {
-        until_ready(app, Duration::from_secs(10)).await;
+        wait_until_ok(&app.url("/readyz")).await;
     }
     first.create_product(1, 20).await;
 

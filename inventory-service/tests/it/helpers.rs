@@ -76,6 +76,22 @@ impl TestApp {
         Self::spawn_on(Backend::Postgres, customize).await
     }
 
+    /// Two instances on one database of `backend`, each with the test defaults changed by
+    /// `customize` (a Redis key prefix each, unless `customize` sets one).
+    pub async fn two_on_one_database(
+        backend: Backend,
+        customize: impl Fn(&mut Config) + Clone,
+    ) -> (Self, Self) {
+        let first = Self::spawn_on(backend, customize.clone()).await;
+        let url = first.config.database_urls[0].clone();
+        let second = Self::spawn_on(backend, move |c| {
+            customize(c);
+            c.database_urls = vec![url];
+        })
+        .await;
+        (first, second)
+    }
+
     /// Spawns on a database of `backend` with the test defaults changed by `customize`.
     pub async fn spawn_on(backend: Backend, customize: impl FnOnce(&mut Config)) -> Self {
         testkit::init_logs();

@@ -224,13 +224,7 @@ async fn two_instances_on_redlock_with_a_master_frozen_mid_sale_sell_exactly_the
             c.lock_wait = Duration::from_secs(30);
         }
     };
-    let first = TestApp::spawn_on(backend, on_redlock.clone()).await;
-    let url = first.config.database_urls[0].clone();
-    let second = TestApp::spawn_on(backend, move |c| {
-        on_redlock(c);
-        c.database_urls = vec![url];
-    })
-    .await;
+    let (first, second) = TestApp::two_on_one_database(backend, on_redlock).await;
     first.create_product(1, 20).await;
 
     sixty_deductions_across_a_fault(&first, &second, async { masters[2].freeze() }).await;

@@ -14,7 +14,7 @@
 //!   nested one), in ascending product id; an all-or-nothing acquisition then holds the first chunks while it waits for the
 //!   next, which cannot deadlock since every holder goes in the same order.
 //! - **Lost answers**: a try that timed out may have committed. Its keys hold the holder's
-//!   token, so a retry reads them back and counts them taken ([`taken_whole`]), and an
+//!   token, so a retry reads them back and counts them taken ([`txn::taken_whole`]), and an
 //!   acquisition that ends without handing its locks over frees every key holding its token
 //!   ([`Attempt`]): a key left behind would stay busy as long as the lease is kept alive.
 //! - **Nothing left behind**: a key whose release failed, or whose `take` committed after its
@@ -33,12 +33,13 @@ mod held;
 mod lease;
 mod members;
 mod sweep;
+mod txn;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Txn, TxnOp, TxnOpResponse};
 use futures_util::future::BoxFuture;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
@@ -49,6 +50,7 @@ use self::held::EtcdHeld;
 use self::lease::{Epoch, Keeping, Lease};
 use self::members::Members;
 use self::sweep::Tokens;
+use self::txn::{take, taken_whole};
 use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
 
 /// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
@@ -319,13 +321,7 @@ impl EtcdLock {
         for chunk in taken.chunks(MAX_KEYS_PER_NESTED_TXN) {
             let each: Vec<TxnOp> = chunk
                 .iter()
-                .map(|(key, _)| {
-                    TxnOp::txn(
-                        Txn::new()
-                            .when([Compare::value(key.as_str(), CompareOp::Equal, token)])
-                            .and_then([TxnOp::delete(key.as_str(), None)]),
-                    )
-                })
+                .map(|(key, _)| TxnOp::txn(txn::delete_if(key.as_bytes(), token.as_bytes())))
                 .collect();
             if let Err(error) = self.call(Txn::new().and_then(each)).await {
                 tracing::debug!(%error, "could not free etcd stock locks; the sweep will");
@@ -342,52 +338,6 @@ impl EtcdLock {
         let (lock, taken, token) = (self.clone(), taken.to_vec(), token.to_owned());
         tokio::spawn(async move { lock.release(&taken, &token).await });
     }
-}
-
-/// Puts every key of `keys` under `lease` with `token` if none of them exists; reads them
-/// otherwise, so that [`taken_whole`] can tell keys of ours (a try that committed although its
-/// answer was lost) from another holder's.
-fn take(keys: &[String], token: &str, lease: i64) -> Txn {
-    let free: Vec<Compare> = keys
-        .iter()
-        .map(|key| Compare::create_revision(key.as_str(), CompareOp::Equal, 0))
-        .collect();
-    let put: Vec<TxnOp> = keys
-        .iter()
-        .map(|key| {
-            TxnOp::put(
-                key.as_str(),
-                token,
-                Some(PutOptions::new().with_lease(lease)),
-            )
-        })
-        .collect();
-    let read: Vec<TxnOp> = keys
-        .iter()
-        .map(|key| TxnOp::get(key.as_str(), None))
-        .collect();
-    Txn::new().when(free).and_then(put).or_else(read)
-}
-
-/// Each key's revision when a [`take`] holds all of its keys for `token`: it put them, or
-/// they already held `token` (an earlier try of the same acquisition committed).
-fn taken_whole(answer: &etcd_client::TxnResponse, token: &str) -> Option<Vec<i64>> {
-    let responses = answer.op_responses();
-    if answer.succeeded() {
-        let revision = answer.header().map_or(0, |h| h.revision());
-        return Some(vec![revision; responses.len()]);
-    }
-    responses
-        .iter()
-        .map(|response| match response {
-            TxnOpResponse::Get(read) => read
-                .kvs()
-                .first()
-                .filter(|kv| kv.value() == token.as_bytes())
-                .map(|kv| kv.mod_revision()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// An acquisition under way: until disarmed, dropping it frees every one of its keys that

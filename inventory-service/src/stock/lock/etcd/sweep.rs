@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
+use etcd_client::LeaseTimeToLiveOptions;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::Lease;
@@ -96,9 +96,7 @@ pub(super) async fn sweep(
             if tokens.is_live(&value) {
                 continue;
             }
-            let delete = Txn::new()
-                .when([Compare::value(key.clone(), CompareOp::Equal, value)])
-                .and_then([TxnOp::delete(key.clone(), None)]);
+            let delete = super::txn::delete_if(&key, &value);
             let deleted = members
                 .call(|mut c| {
                     let delete = delete.clone();
