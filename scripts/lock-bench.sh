@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # The lock table of docs/contract.md §6: every STOCK_LOCK measured against `redis` in one
-# sitting, on lock services of the script's own (three independent redis-servers for Redlock, a
-# three-member etcd cluster, a private redis-server for Redis's node loss), all on this machine.
+# sitting, on lock services of the script's own (a Redis Cluster of three masters and three
+# replicas, three independent redis-servers for Redlock, a three-member etcd cluster, a private
+# redis-server for Redis's node loss), all on this machine.
 #
 #   scripts/lock-bench.sh RELEASE_DIR      # RELEASE_DIR holds order-service and inventory-service
 #
-# 1. Throughput: for each of redlock, etcd and database, scripts/compare-builds.sh runs the same
+# 1. Throughput: for each of redis-cluster, redlock, etcd and database, scripts/compare-builds.sh runs the same
 #    build with A_ENV=STOCK_LOCK=redis and B_ENV=STOCK_LOCK=<it>, interleaved (A, B, A, B, …),
 #    on direct-deductions (one hot product) and create-orders (1,000 products): per second,
+#    (redis-cluster puts both services' Redis on the cluster: tokens too),
 #    and the p99 of the lock's acquisitions (lock_wait_seconds). Its table's B/A is the ratio
 #    to `redis` measured beside it.
-# 2. A node lost under load: for redis (its private server), redlock (one master of three) and
-#    etcd (the leader of three), direct-deductions for NODE_SECS; one node is killed 5 s in and
+# 2. A node lost under load: for redis (its private server), redis-cluster (the master of the
+#    hot product's slot), redlock (one master of three) and etcd (the leader of three), direct-deductions for NODE_SECS; one node is killed 5 s in and
 #    started again 7 s later. Prints what the clients saw (applied, refused, p99), what the lock
 #    did (bypassed, lost, from /metrics), and whether the stock taken equals the deductions
 #    answered 200 (no oversell).
 #
 # Knobs: RUNS (default 3), K6_DURATION (default 15s), NODE_SECS (default 20), PHASES (default
-# "throughput nodes"), BACKENDS (default "redlock etcd database"). Needs redis-server, etcd and
+# "throughput nodes"), BACKENDS (default "redis-cluster redlock etcd database"). Needs redis-server, etcd and
 # etcdctl (Debian's etcd-server and etcd-client), k6, jq, curl. Results in k6/results/locks-<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +31,7 @@ K6_DURATION="${K6_DURATION:-15s}"
 export -n K6_DURATION
 NODE_SECS="${NODE_SECS:-20}"
 PHASES="${PHASES:-throughput nodes}"
-BACKENDS="${BACKENDS:-redlock etcd database}"
+BACKENDS="${BACKENDS:-redis-cluster redlock etcd database}"
 export PGHOST="${PGHOST:-127.0.0.1}" PGPORT="${PGPORT:-5432}" PGUSER="${PGUSER:-postgres}"
 OUT="k6/results/locks-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
@@ -44,9 +46,11 @@ free_port() {
 }
 
 declare -A PID
+. scripts/lib/redis_cluster.sh
 cleanup() {
   local status=$? name
   for name in "${!PID[@]}"; do kill -KILL "${PID[$name]}" 2>/dev/null || true; done
+  redis_cluster_stop
   wait 2>/dev/null || true
   rm -rf "$SCRATCH"
   return "$status"
@@ -101,6 +105,7 @@ for i in 0 1 2 3; do start_redis "$i"; done
 for i in 0 1 2; do start_etcd "$i"; done
 for _ in $(seq 1 100); do etcd_healthy && break; sleep 0.2; done
 etcd_healthy || { echo "the etcd cluster did not start" >&2; tail "$SCRATCH"/etcd-*.log >&2; exit 1; }
+redis_cluster_start "$SCRATCH/cluster"
 REDLOCK_URLS="$(for i in 0 1 2; do printf 'redis://127.0.0.1:%s/0,' "${REDIS_PORTS[$i]}"; done)"
 REDLOCK_URLS="${REDLOCK_URLS%,}"
 PRIVATE_REDIS="redis://127.0.0.1:${REDIS_PORTS[3]}/0"
@@ -108,6 +113,7 @@ PRIVATE_REDIS="redis://127.0.0.1:${REDIS_PORTS[3]}/0"
 settings_of() { # backend: its STOCK_LOCK and addresses, as NAME=value words
   case "$1" in
     redis) echo "STOCK_LOCK=redis" ;;
+    redis-cluster) echo "STOCK_LOCK=redis-cluster REDIS_CLUSTER_URLS=$REDIS_CLUSTER_URLS" ;;
     redlock) echo "STOCK_LOCK=redlock REDLOCK_URLS=$REDLOCK_URLS" ;;
     etcd) echo "STOCK_LOCK=etcd ETCD_ENDPOINTS=$ETCD_ENDPOINTS" ;;
     database) echo "STOCK_LOCK=database" ;;
@@ -128,6 +134,11 @@ fi
 kill_node() { # backend; prints what it killed
   case "$1" in
     redis) kill -KILL "${PID[redis3]}"; wait "${PID[redis3]}" 2>/dev/null || true; echo redis3 ;;
+    redis-cluster)
+      local master
+      master="$(redis_cluster_master_of "lock:product:{$HOT_ID}")"
+      redis_cluster_kill "$master"
+      echo "cluster$master" ;;
     redlock) kill -KILL "${PID[redis0]}"; wait "${PID[redis0]}" 2>/dev/null || true; echo redis0 ;;
     etcd)
       local leader
@@ -138,6 +149,7 @@ kill_node() { # backend; prints what it killed
 }
 restart_node() { # name
   case "$1" in
+    cluster*) redis_cluster_restart "${1#cluster}" ;;
     redis*) start_redis "${1#redis}" ;;
     etcd*) start_etcd "${1#etcd}" ;;
   esac
@@ -148,6 +160,7 @@ node_loss() { # backend
   port="$(free_port)"
   url="http://127.0.0.1:$port"
   run="locks_$$_$RANDOM"
+  HOT_ID=$((RANDOM + 100000))
   # shellcheck disable=SC2046
   env ADMIN_TOKEN=lock-bench REDIS_URL="$PRIVATE_REDIS" REDIS_KEY_PREFIX="$run:" \
     AMQP_URL="amqp://guest:guest@127.0.0.1:1/%2f" RUST_LOG=warn NO_COLOR=1 \
@@ -158,6 +171,7 @@ node_loss() { # backend
   sleep 2 # the lock service's first answers (a lease granted)
   summary="$OUT/node-loss-$backend.json"
   INVENTORY_URL="$url" ADMIN_TOKEN=lock-bench SUMMARY_FILE="$summary" DURATION="${NODE_SECS}s" \
+    PRODUCT_ID="$HOT_ID" \
     k6 run -q k6/direct-deductions.js >"$OUT/node-loss-$backend.txt" 2>&1 &
   local k6_pid=$!
   sleep 5
@@ -184,8 +198,9 @@ if [[ " $PHASES " == *" nodes "* ]]; then
   echo "| STOCK_LOCK | fault | applied | refused | p99 ms | bypassed | lost | stock taken = applied |" \
     | tee "$OUT/node-loss.md"
   echo "| --- | --- | --- | --- | --- | --- | --- | --- |" | tee -a "$OUT/node-loss.md"
-  for backend in redis redlock etcd; do
+  for backend in redis redis-cluster redlock etcd; do
     for _ in $(seq 1 50); do etcd_healthy && break; sleep 0.2; done
+    for _ in $(seq 1 100); do redis_cluster_healthy && break; sleep 0.2; done
     node_loss "$backend"
   done
 fi

@@ -7,7 +7,7 @@ use platform::config;
 use platform::http::{Cors, RateLimit};
 use platform::messaging::MessagingConfig;
 use platform::startup::BackingSettings;
-use platform::storage::redis::Sentinels;
+use platform::storage::redis::{RedisCluster, Sentinels};
 use platform::storage::tls::ClientTls;
 
 use crate::stock::lock;
@@ -29,6 +29,9 @@ pub struct Config {
     /// `REDIS_SENTINELS` and `REDIS_SENTINEL_MASTER`: Sentinels that name the primary, which
     /// the connection follows through a failover. Unset (the default): `REDIS_URL`'s server.
     pub redis_sentinels: Option<Sentinels>,
+    /// `REDIS_CLUSTER_URLS` (and `REDIS_CLUSTER_WAIT_MS`): a Redis Cluster that holds
+    /// everything this service keeps in Redis, in place of `REDIS_URL`'s server.
+    pub redis_cluster: Option<RedisCluster>,
     /// `REDIS_KEY_PREFIX`: put before every Redis key, so several deployments (or test runs)
     /// can share one Redis. Default empty.
     pub redis_key_prefix: String,
@@ -44,7 +47,8 @@ pub struct Config {
     /// admin request answers 401, and a warning is logged at start.
     pub admin_token: Option<String>,
     /// `STOCK_LOCK`: the lock service behind the per-product stock lock: `redis` (the default,
-    /// `REDIS_URL`), `redlock` (`REDLOCK_URLS`), `etcd` (`ETCD_ENDPOINTS`) or `database` (no
+    /// `REDIS_URL`), `redis-cluster` (`REDIS_CLUSTER_URLS`; also what `redis` means once those
+    /// are set), `redlock` (`REDLOCK_URLS`), `etcd` (`ETCD_ENDPOINTS`) or `database` (no
     /// lock service: the rows of the service's own database).
     pub stock_lock: lock::Backend,
     /// `REDLOCK_URLS`: the independent Redis masters of `STOCK_LOCK=redlock`, comma-separated;
@@ -99,6 +103,7 @@ impl Default for Config {
             database_max_connections: 20,
             redis_url: "redis://127.0.0.1:6379/0".to_owned(),
             redis_sentinels: None,
+            redis_cluster: None,
             redis_key_prefix: String::new(),
             redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
             amqp_urls: vec!["amqp://guest:guest@127.0.0.1:5672/%2f".to_owned()],
@@ -136,6 +141,7 @@ impl Config {
             )?,
             redis_url: config::string("REDIS_URL", &defaults.redis_url),
             redis_sentinels: Sentinels::from_env()?,
+            redis_cluster: RedisCluster::from_env()?,
             redis_key_prefix: std::env::var("REDIS_KEY_PREFIX").unwrap_or_default(),
             // Below a millisecond every call would time out; see docs/configuration.md, "Why these defaults".
             redis_timeout: config::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
@@ -170,8 +176,22 @@ impl Config {
             tls: ClientTls::from_env()?,
         };
         check_redlock_drift(&read)?;
-        Ok(read)
+        with_cluster_lock(read)
     }
+}
+
+/// `STOCK_LOCK=redis-cluster` needs `REDIS_CLUSTER_URLS`; and once those put Redis on a
+/// cluster, the Redis lock is there too, so `redis` (the default) means `redis-cluster`.
+fn with_cluster_lock(mut config: Config) -> anyhow::Result<Config> {
+    match (config.stock_lock, config.redis_cluster.is_some()) {
+        (lock::Backend::RedisCluster, false) => anyhow::bail!(
+            "environment variable REDIS_CLUSTER_URLS is not set: STOCK_LOCK=redis-cluster needs \
+             the seed nodes of a Redis Cluster"
+        ),
+        (lock::Backend::Redis, true) => config.stock_lock = lock::Backend::RedisCluster,
+        _ => {}
+    }
+    Ok(config)
 }
 
 /// Refuses a Redlock drift allowance that leaves a lock too short a validity to be renewed:
@@ -271,6 +291,7 @@ impl Config {
             database_max_connections: self.database_max_connections,
             redis_url: &self.redis_url,
             redis_sentinels: self.redis_sentinels.as_ref(),
+            redis_cluster: self.redis_cluster.as_ref(),
             redis_timeout: self.redis_timeout,
             amqp_urls: &self.amqp_urls,
             tls: &self.tls,
@@ -300,6 +321,35 @@ mod tests {
                 .to_string();
             assert!(error.contains("ETCD_ENDPOINTS"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_redis_cluster_carries_the_redis_lock_and_redis_cluster_needs_one() {
+        let cluster = RedisCluster {
+            seeds: vec!["redis://127.0.0.1:7000".to_owned()],
+            wait: Duration::from_secs(5),
+        };
+        let with = |stock_lock, redis_cluster| Config {
+            stock_lock,
+            redis_cluster,
+            ..Config::default()
+        };
+        let moved = with_cluster_lock(with(lock::Backend::Redis, Some(cluster.clone())));
+        assert_eq!(
+            moved.expect("moved").stock_lock,
+            lock::Backend::RedisCluster
+        );
+        let etcd = with_cluster_lock(with(lock::Backend::Etcd, Some(cluster)));
+        assert_eq!(etcd.expect("etcd").stock_lock, lock::Backend::Etcd);
+        let alone = with_cluster_lock(with(lock::Backend::RedisCluster, None));
+        assert!(
+            alone
+                .expect_err("refused")
+                .to_string()
+                .contains("REDIS_CLUSTER_URLS")
+        );
+        let plain = with_cluster_lock(with(lock::Backend::Redis, None));
+        assert_eq!(plain.expect("plain").stock_lock, lock::Backend::Redis);
     }
 
     #[test]

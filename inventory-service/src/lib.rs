@@ -89,12 +89,14 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         renew: true,
     };
     let locker = match config.stock_lock {
-        lock::Backend::Redis => lock::Locker::new(lock::RedisLock::new(
-            redis.clone(),
-            RedisKeys::new(config.redis_key_prefix.clone()),
-            options,
-            redis_health.clone(),
-        )),
+        lock::Backend::Redis | lock::Backend::RedisCluster => {
+            lock::Locker::new(lock::RedisLock::new(
+                redis.clone(),
+                RedisKeys::new(config.redis_key_prefix.clone()),
+                options,
+                redis_health.clone(),
+            ))
+        }
         lock::Backend::Redlock => {
             let masters = config
                 .redlock_urls
@@ -203,8 +205,11 @@ pub async fn serve(
         keep: state.config.messaging.retention.keep,
     };
     holds::expiry::spawn(&tasks, &state.db, schedule, &shutdown);
-    // REDIS_URL's Redis serves the Redis lock alone: with another lock it is not watched.
-    if state.config.stock_lock == lock::Backend::Redis {
+    // Redis serves the Redis lock alone: with another lock it is not watched.
+    if matches!(
+        state.config.stock_lock,
+        lock::Backend::Redis | lock::Backend::RedisCluster
+    ) {
         platform::startup::watch_redis(&tasks, &state.redis_health, &state.redis, &shutdown);
     }
     tasks.close();

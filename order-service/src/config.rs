@@ -12,7 +12,7 @@ use platform::config as env;
 use platform::http::{Cors, RateLimit};
 use platform::messaging::MessagingConfig;
 use platform::startup::BackingSettings;
-use platform::storage::redis::Sentinels;
+use platform::storage::redis::{RedisCluster, Sentinels};
 use platform::storage::tls::ClientTls;
 
 use self::url::http_url;
@@ -35,6 +35,9 @@ pub struct Config {
     /// `REDIS_SENTINELS` and `REDIS_SENTINEL_MASTER`: Sentinels that name the primary, which
     /// the connection follows through a failover. Unset: `REDIS_URL`'s server.
     pub redis_sentinels: Option<Sentinels>,
+    /// `REDIS_CLUSTER_URLS` (and `REDIS_CLUSTER_WAIT_MS`): a Redis Cluster that holds
+    /// everything this service keeps in Redis, in place of `REDIS_URL`'s server.
+    pub redis_cluster: Option<RedisCluster>,
     /// `REDIS_KEY_PREFIX`: prepended to every Redis key, to share one Redis safely.
     pub redis_key_prefix: String,
     /// `REDIS_TIMEOUT_MS`: how long connecting to Redis, and each Redis reply, may take
@@ -98,6 +101,7 @@ impl Default for Config {
             database_max_connections: 20,
             redis_url: "redis://127.0.0.1:6379/0".to_owned(),
             redis_sentinels: None,
+            redis_cluster: None,
             redis_key_prefix: String::new(),
             redis_timeout: platform::storage::redis::DEFAULT_TIMEOUT,
             amqp_urls: vec!["amqp://guest:guest@127.0.0.1:5672/%2f".to_owned()],
@@ -133,6 +137,7 @@ impl Config {
             database_max_connections: env::at_least("DATABASE_MAX_CONNECTIONS", 20, 1)?,
             redis_url: env::string("REDIS_URL", "redis://127.0.0.1:6379/0"),
             redis_sentinels: Sentinels::from_env()?,
+            redis_cluster: RedisCluster::from_env()?,
             redis_key_prefix: env::string("REDIS_KEY_PREFIX", ""),
             // Below a millisecond every call would time out; see docs/configuration.md, "Why these defaults".
             redis_timeout: env::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
@@ -180,6 +185,7 @@ impl Config {
             database_max_connections: self.database_max_connections,
             redis_url: &self.redis_url,
             redis_sentinels: self.redis_sentinels.as_ref(),
+            redis_cluster: self.redis_cluster.as_ref(),
             redis_timeout: self.redis_timeout,
             amqp_urls: &self.amqp_urls,
             tls: &self.tls,

@@ -21,7 +21,9 @@ use crate::messaging::background::keep_running;
 use crate::messaging::broker::Broker;
 use crate::storage::postgres::PoolSettings;
 use crate::storage::redis::health::{CHECK_EVERY, RedisHealth};
-use crate::storage::redis::{RedisConnection, Sentinels, connect_with_timeout};
+use crate::storage::redis::{
+    RedisCluster, RedisConnection, Sentinels, connect_cluster, connect_with_timeout,
+};
 use crate::storage::tls::ClientTls;
 use crate::storage::{Backend, Database, MySqlStore};
 
@@ -33,6 +35,8 @@ pub struct BackingSettings<'a> {
     pub database_max_connections: u32,
     pub redis_url: &'a str,
     pub redis_sentinels: Option<&'a Sentinels>,
+    /// Set: Redis is this cluster, and `redis_url` and `redis_sentinels` are not used.
+    pub redis_cluster: Option<&'a RedisCluster>,
     pub redis_timeout: Duration,
     pub amqp_urls: &'a [String],
     pub tls: &'a ClientTls,
@@ -60,12 +64,16 @@ impl Backing {
         let db = connect_database(&settings, migrators)
             .await
             .context("preparing the database")?;
-        let redis = connect_with_timeout(
-            settings.redis_url,
-            settings.redis_sentinels,
-            settings.redis_timeout,
-            settings.tls.redis_ca.as_ref(),
-        )?;
+        let redis_ca = settings.tls.redis_ca.as_ref();
+        let redis = match settings.redis_cluster {
+            Some(cluster) => connect_cluster(cluster, settings.redis_timeout, redis_ca)?,
+            None => connect_with_timeout(
+                settings.redis_url,
+                settings.redis_sentinels,
+                settings.redis_timeout,
+                redis_ca,
+            )?,
+        };
         let broker = Broker::cluster(settings.amqp_urls, settings.tls.amqp_ca.clone());
         let readiness = Readiness {
             db: db.clone(),

@@ -36,6 +36,11 @@ pub fn dead_letter_queue(queue: &str) -> String {
 }
 
 /// Redis key builders. The prefix lets several deployments (or test runs) share one Redis.
+///
+/// The part in braces is the key's hash tag: on a Redis Cluster only it picks the slot, so
+/// the keys one script changes together (a token's state and its claim id; a product's lock
+/// and its waiter) sit in one slot, while different tokens and products spread over the
+/// cluster. A prefix must not hold `{`, or its braces would be the tag.
 #[derive(Debug, Clone, Default)]
 pub struct RedisKeys {
     prefix: String,
@@ -50,18 +55,18 @@ impl RedisKeys {
 
     /// State of one idempotency token: issued, in flight, or the finished response.
     pub fn idempotency_token(&self, token: &uuid::Uuid) -> String {
-        format!("{}idem:{token}", self.prefix)
+        format!("{}idem:{{{token}}}", self.prefix)
     }
 
     /// The id of the claim that holds one idempotency token in flight, beside its state (whose
     /// form stays the one every release reads): a claim run again recognises its first run.
     pub fn idempotency_claim(&self, token: &uuid::Uuid) -> String {
-        format!("{}idem:{token}:claim", self.prefix)
+        format!("{}idem:{{{token}}}:claim", self.prefix)
     }
 
     /// The stock lock of one product.
     pub fn product_lock(&self, product: ProductId) -> String {
-        format!("{}lock:product:{product}", self.prefix)
+        format!("{}lock:product:{{{product}}}", self.prefix)
     }
 }
 
@@ -72,7 +77,12 @@ mod tests {
     #[test]
     fn keys_carry_the_prefix() {
         let keys = RedisKeys::new("t1:");
-        assert_eq!(keys.product_lock(ProductId(7)), "t1:lock:product:7");
+        assert_eq!(keys.product_lock(ProductId(7)), "t1:lock:product:{7}");
+        let token = uuid::Uuid::nil();
+        assert_eq!(
+            keys.idempotency_claim(&token),
+            format!("t1:idem:{{{token}}}:claim")
+        );
         assert_eq!(
             dead_letter_queue(INVENTORY_ORDER_EVENTS_QUEUE),
             "inventory-service.order-events.dlq"

@@ -61,6 +61,8 @@ pub const REFUSED_BY_EVERY_SERVICE: &[(&str, &str)] = &[
     ("DATABASE_URL", "foo://postgres@127.0.0.1:5432/refused"),
     ("DATABASE_URL", "mysql://root@127.0.0.1:not-a-port/refused"),
     ("RELAY_BATCH_SIZE", "0"),
+    ("REDIS_CLUSTER_URLS", "127.0.0.1:7000"),
+    ("REDIS_CLUSTER_WAIT_MS", "0"),
     ("CONSUMER_PREFETCH", "0"),
     ("RETENTION_SECS", "0"),
     ("DATABASE_MAX_CONNECTIONS", "0"),

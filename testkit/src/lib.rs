@@ -23,6 +23,7 @@ pub mod postgres;
 mod process;
 pub mod rabbitmq_cluster;
 pub mod redis;
+pub mod redis_cluster;
 mod schema;
 mod scratch;
 pub mod sentinel;

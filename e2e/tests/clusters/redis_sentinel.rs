@@ -129,7 +129,7 @@ async fn a_sentinel_failover_under_load_oversells_nothing_and_keeps_one_order_pe
         async move {
             let mut keys = Vec::new();
             for token in tokens {
-                keys.extend(redis.keys(promoted, &format!("*idem:{token}")).await);
+                keys.extend(redis.keys(promoted, &format!("*idem:{{{token}}}")).await);
             }
             keys
         }

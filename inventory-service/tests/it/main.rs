@@ -21,6 +21,7 @@ mod openapi;
 mod operations;
 mod order_events;
 mod products;
+mod redis_cluster;
 mod redis_hung;
 mod redlock;
 mod restock;

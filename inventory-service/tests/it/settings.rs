@@ -13,8 +13,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("STOCK_LOCK", "zookeeper"),
     // Redlock without its masters.
     ("STOCK_LOCK", "redlock"),
-    // etcd without its members.
+    // etcd without its members, a Redis Cluster without its nodes.
     ("STOCK_LOCK", "etcd"),
+    ("STOCK_LOCK", "redis-cluster"),
     ("CONSUMER_CONCURRENCY", "-1"),
     ("RESERVATIONS_REQUIRE_ADMIN", "yes"),
     ("CORS_ALLOWED_ORIGINS", "https://shop.example/"),

@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SubsecRound, Utc};
+use futures_util::future::try_join_all;
 use platform::storage::redis::RedisConnection;
 use platform::storage::redis::health::{RedisCallError, RedisHealth};
 use shared::ids::UserId;
@@ -154,25 +155,47 @@ impl TokenStore {
             .iter()
             .map(|_| Uuid::new_v4().simple().to_string())
             .collect();
-        let mut invocation = CLAIM.prepare_invoke();
-        invocation.arg(IN_FLIGHT_TTL.as_millis() as u64);
-        for (claim, id) in claims.iter().zip(&ids) {
-            invocation
-                .key(self.keys.idempotency_token(claim.token))
-                .key(self.keys.idempotency_claim(claim.token))
-                .arg(in_flight(claim.fingerprint, claim.taker))
-                .arg(id)
-                .arg(
-                    claim
-                        .recreate_until
-                        .map_or(String::new(), |at| at.timestamp_millis().to_string()),
-                )
-                .arg(issued(claim.taker));
-        }
+        // One script per slot on a Redis Cluster (a token's two keys share its hash tag);
+        // one for the whole batch on one Redis. Each token is decided alone, so nothing is
+        // lost by the cut: a token twice in a batch is one slot, claimed in arrival order.
+        let keys: Vec<String> = claims
+            .iter()
+            .map(|claim| self.keys.idempotency_token(claim.token))
+            .collect();
+        let groups = self.redis.slot_groups(&keys);
+        let invocations: Vec<_> = groups
+            .iter()
+            .map(|group| {
+                let mut invocation = CLAIM.prepare_invoke();
+                invocation.arg(IN_FLIGHT_TTL.as_millis() as u64);
+                for &i in group {
+                    let claim = &claims[i];
+                    invocation
+                        .key(&keys[i])
+                        .key(self.keys.idempotency_claim(claim.token))
+                        .arg(in_flight(claim.fingerprint, claim.taker))
+                        .arg(&ids[i])
+                        .arg(
+                            claim
+                                .recreate_until
+                                .map_or(String::new(), |at| at.timestamp_millis().to_string()),
+                        )
+                        .arg(issued(claim.taker));
+                }
+                invocation
+            })
+            .collect();
         let claim = || {
-            let mut conn = self.redis.clone();
-            let invocation = &invocation;
-            async move { invocation.invoke_async::<Vec<String>>(&mut conn).await }
+            let conn = self.redis.clone();
+            let (groups, invocations) = (&groups, &invocations);
+            async move {
+                let answers = try_join_all(invocations.iter().map(|invocation| {
+                    let mut conn = conn.clone();
+                    async move { invocation.invoke_async::<Vec<String>>(&mut conn).await }
+                }))
+                .await?;
+                Ok(in_key_order(groups, answers, claims.len()))
+            }
         };
         match self.health.call(claim).await {
             Ok(states) => Ok(states.iter().map(|state| parse_state(state)).collect()),
@@ -204,33 +227,76 @@ impl TokenStore {
         if done.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for (token, response) in done {
-            let key = self.keys.idempotency_token(token);
-            let value = match serde_json::to_string(response) {
-                Ok(json) => format!("{DONE}{json}"),
-                Err(error) => {
-                    // Never a `done:` without its response. Forgetting the token instead sends
-                    // its replays to PostgreSQL, which committed the outcome with the order.
-                    tracing::error!(%error, %token, "cannot cache a first response; forgetting the token");
-                    pipe.cmd("DEL").arg(key).ignore();
-                    continue;
-                }
-            };
-            pipe.cmd("SET")
-                .arg(key)
-                .arg(value)
-                .arg("PX")
-                .arg(self.ttl.as_millis() as u64)
-                .ignore();
+        let keys: Vec<String> = done
+            .iter()
+            .map(|(token, _)| self.keys.idempotency_token(token))
+            .collect();
+        // A pipeline may not span a cluster's slots: one per slot there, all sent at once.
+        let mut pipes: Vec<redis::Pipeline> = Vec::new();
+        for group in self.redis.slot_groups(&keys) {
+            let mut pipe = redis::pipe();
+            for i in group {
+                let (token, response) = &done[i];
+                let key = &keys[i];
+                set_done(&mut pipe, key, token, response, self.ttl);
+            }
+            pipes.push(pipe);
         }
         let set = || {
-            let mut conn = self.redis.clone();
-            let pipe = &pipe;
-            async move { pipe.query_async::<()>(&mut conn).await }
+            let conn = self.redis.clone();
+            let pipes = &pipes;
+            async move {
+                try_join_all(pipes.iter().map(|pipe| {
+                    let mut conn = conn.clone();
+                    async move { pipe.query_async::<()>(&mut conn).await }
+                }))
+                .await
+                .map(drop)
+            }
         };
         self.health.call(set).await
     }
+}
+
+/// Adds to `pipe` the write of `token`'s first response under `key`, replacing its claim.
+fn set_done(
+    pipe: &mut redis::Pipeline,
+    key: &str,
+    token: &Uuid,
+    response: &StoredResponse,
+    ttl: Duration,
+) {
+    let value = match serde_json::to_string(response) {
+        Ok(json) => format!("{DONE}{json}"),
+        Err(error) => {
+            // Never a `done:` without its response. Forgetting the token instead sends its
+            // replays to PostgreSQL, which committed the outcome with the order.
+            tracing::error!(%error, %token, "cannot cache a first response; forgetting the token");
+            pipe.cmd("DEL").arg(key).ignore();
+            return;
+        }
+    };
+    pipe.cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(ttl.as_millis() as u64)
+        .ignore();
+}
+
+/// The answers of per-group calls put back in the order of the keys the groups index.
+pub(super) fn in_key_order<T: Default>(
+    groups: &[Vec<usize>],
+    answers: Vec<Vec<T>>,
+    len: usize,
+) -> Vec<T> {
+    let mut ordered: Vec<T> = std::iter::repeat_with(T::default).take(len).collect();
+    for (group, answers) in groups.iter().zip(answers) {
+        for (&i, answer) in group.iter().zip(answers) {
+            ordered[i] = answer;
+        }
+    }
+    ordered
 }
 
 /// One token of a batch to claim for a request.

@@ -220,7 +220,7 @@ impl TestApp {
 
     /// The Redis key of `token`'s state.
     fn token_key(&self, token: &str) -> String {
-        format!("{}idem:{token}", self.redis_prefix)
+        format!("{}idem:{{{token}}}", self.redis_prefix)
     }
 
     /// Deletes every Redis key of this app, as a Redis restart (which keeps nothing) would.

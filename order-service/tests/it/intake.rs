@@ -324,7 +324,7 @@ pub async fn forget(prefix: &str, token: &str) {
         .await
         .expect("redis");
     redis::cmd("DEL")
-        .arg(format!("{prefix}idem:{token}"))
+        .arg(format!("{prefix}idem:{{{token}}}"))
         .query_async::<()>(&mut conn)
         .await
         .expect("del");

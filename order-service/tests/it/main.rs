@@ -22,6 +22,7 @@ mod payment;
 mod process;
 mod reconciliation;
 mod recovery;
+mod redis_cluster;
 mod redis_hung;
 mod rolling_update;
 mod settings;

@@ -135,7 +135,7 @@ async fn a_request_whose_claim_timed_out_is_not_in_progress_once_redis_answers()
     redis.resume();
     // Answered after what was queued before it: the claim ran, nothing runs its request.
     let state: String = redis::cmd("GET")
-        .arg(format!("{}idem:{token}", app.redis_prefix))
+        .arg(format!("{}idem:{{{token}}}", app.redis_prefix))
         .query_async(&mut redis.connection().await)
         .await
         .expect("GET");

@@ -1,6 +1,6 @@
 //! The stock lock: one interface ([`StockLock`]), chosen once at start (`STOCK_LOCK`), and what
-//! its holders get back ([`Locks`]). The implementations: one Redis ([`redis`], the default),
-//! Redlock over independent Redis masters ([`redlock`]), keys under a lease on an etcd cluster
+//! its holders get back ([`Locks`]). The implementations: one Redis or a Redis Cluster
+//! ([`redis`], the default), Redlock over independent Redis masters ([`redlock`]), keys under a lease on an etcd cluster
 //! ([`etcd`]) and the database's own row locks ([`database`]); another lock service is one more module beside them, implementing the same
 //! two traits.
 //!
@@ -39,6 +39,8 @@ pub enum Backend {
     /// One Redis, or the master its Sentinels name (`REDIS_URL`): [`redis::RedisLock`].
     #[default]
     Redis,
+    /// The same lock on a Redis Cluster (`REDIS_CLUSTER_URLS`).
+    RedisCluster,
     /// A majority of independent Redis masters (`REDLOCK_URLS`): [`redlock::Redlock`].
     Redlock,
     /// Keys under the instance's lease on an etcd cluster (`ETCD_ENDPOINTS`): [`etcd::EtcdLock`].
@@ -48,11 +50,18 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub const ALL: [Self; 4] = [Self::Redis, Self::Redlock, Self::Etcd, Self::Database];
+    pub const ALL: [Self; 5] = [
+        Self::Redis,
+        Self::RedisCluster,
+        Self::Redlock,
+        Self::Etcd,
+        Self::Database,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Redis => redis::BACKEND,
+            Self::RedisCluster => redis::CLUSTER_BACKEND,
             Self::Redlock => redlock::BACKEND,
             Self::Etcd => etcd::BACKEND,
             Self::Database => database::BACKEND,

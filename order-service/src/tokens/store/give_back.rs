@@ -4,6 +4,7 @@
 use std::sync::{MutexGuard, PoisonError};
 use std::time::Instant;
 
+use futures_util::future::try_join_all;
 use platform::storage::redis::health::{CHECK_EVERY, RedisCallError};
 use shared::ids::UserId;
 use tokio_util::sync::CancellationToken;
@@ -86,24 +87,44 @@ impl TokenStore {
         if held.is_empty() {
             return Ok(());
         }
-        let mut invocation = RELEASE.prepare_invoke();
-        for giving in held {
-            let expires = self
-                .signer
-                .expiry(&giving.token, giving.taker)
-                .map_or(String::new(), |at| at.timestamp_millis().to_string());
-            invocation
-                .key(self.keys.idempotency_token(&giving.token))
-                .key(self.keys.idempotency_claim(&giving.token))
-                .arg(&giving.in_flight)
-                .arg(&giving.id)
-                .arg(issued(giving.taker))
-                .arg(expires);
-        }
+        let keys: Vec<String> = held
+            .iter()
+            .map(|giving| self.keys.idempotency_token(&giving.token))
+            .collect();
+        // As in a claim: one script per slot on a cluster, each token decided alone.
+        let invocations: Vec<_> = self
+            .redis
+            .slot_groups(&keys)
+            .into_iter()
+            .map(|group| {
+                let mut invocation = RELEASE.prepare_invoke();
+                for i in group {
+                    let giving = held[i];
+                    let expires = self
+                        .signer
+                        .expiry(&giving.token, giving.taker)
+                        .map_or(String::new(), |at| at.timestamp_millis().to_string());
+                    invocation
+                        .key(&keys[i])
+                        .key(self.keys.idempotency_claim(&giving.token))
+                        .arg(&giving.in_flight)
+                        .arg(&giving.id)
+                        .arg(issued(giving.taker))
+                        .arg(expires);
+                }
+                invocation
+            })
+            .collect();
         let release = || {
-            let mut conn = self.redis.clone();
-            let invocation = &invocation;
-            async move { invocation.invoke_async::<i64>(&mut conn).await }
+            let conn = self.redis.clone();
+            let invocations = &invocations;
+            async move {
+                try_join_all(invocations.iter().map(|invocation| {
+                    let mut conn = conn.clone();
+                    async move { invocation.invoke_async::<i64>(&mut conn).await }
+                }))
+                .await
+            }
         };
         self.health.call(release).await.map(drop)
     }

@@ -130,12 +130,10 @@ impl RedisHealth {
                 () = tokio::time::sleep(every) => {}
             }
             let ping = async {
-                let first = redis::cmd("PING").query_async::<String>(&mut conn).await;
+                let first = conn.ping().await;
                 match first {
                     // As in `call`: a broken connection is not an outage yet.
-                    Err(error) if is_broken_connection(&error) => {
-                        redis::cmd("PING").query_async::<String>(&mut conn).await
-                    }
+                    Err(error) if is_broken_connection(&error) => conn.ping().await,
                     answered => answered,
                 }
             };

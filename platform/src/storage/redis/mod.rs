@@ -1,14 +1,18 @@
 //! The Redis connection: one multiplexed, self-reconnecting connection per process, to the
-//! server of `REDIS_URL` or to the primary that Redis Sentinel names ([`Sentinels`]).
+//! server of `REDIS_URL`, to the primary that Redis Sentinel names ([`Sentinels`]), or to
+//! the masters of a Redis Cluster ([`RedisCluster`]).
 //!
 //! Both are one type, [`RedisConnection`]: a [`ConnectionManager`] to the current primary,
 //! plus, with Sentinels, a way to find the next one. A call that finds its primary gone (it
 //! did not answer) or demoted (a write answered `READONLY`) makes the connection ask the
 //! Sentinels again, in the background; once they name another node, every later call goes
 //! there. Without Sentinels the primary never changes and the manager's own reconnecting is
-//! all there is.
+//! all there is. On a cluster, redis-rs's cluster connection routes each call by its keys'
+//! slot and follows failovers itself; callers cut multi-key calls by
+//! [`RedisConnection::slot_groups`].
 
 mod answers;
+mod cluster;
 pub mod health;
 mod sentinels;
 
@@ -19,9 +23,12 @@ use std::time::Duration;
 use anyhow::Context;
 use redis::RedisResult;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::SentinelClient;
 
 use answers::primary_lost;
+pub use cluster::{DEFAULT_WAIT as DEFAULT_CLUSTER_WAIT, RedisCluster, slot};
 pub use sentinels::Sentinels;
 
 use crate::storage::tls::CaBundle;
@@ -99,9 +106,29 @@ fn client(url: &str, ca: Option<&CaBundle>) -> anyhow::Result<redis::Client> {
     .with_context(|| format!("REDIS_URL {url:?} is not valid"))
 }
 
+/// A connection to the Redis Cluster `cluster` names, found lazily (the service starts while
+/// the cluster is down). `timeout` bounds each node's connect and reply; the cluster's own
+/// wait bounds a call with its retries (see [`RedisCluster`]).
+pub fn connect_cluster(
+    cluster: &RedisCluster,
+    timeout: Duration,
+    ca: Option<&CaBundle>,
+) -> anyhow::Result<RedisConnection> {
+    let connection = cluster.connect(timeout, ca)?;
+    Ok(RedisConnection {
+        inner: Arc::new(Inner {
+            primary: RwLock::new(None),
+            finder: None,
+            cluster: Some(connection),
+            config: ConnectionManagerConfig::new(),
+            db: 0,
+        }),
+    })
+}
+
 /// `PING`, for readiness checks.
 pub async fn ping(conn: &mut RedisConnection) -> bool {
-    redis::cmd("PING").query_async::<String>(conn).await.is_ok()
+    conn.ping().await.is_ok()
 }
 
 /// The process's Redis connection; cheap to clone (every clone shares one connection).
@@ -116,6 +143,8 @@ struct Inner {
     primary: RwLock<Option<Primary>>,
     /// `None`: the primary is `REDIS_URL`'s server, for good.
     finder: Option<PrimaryFinder>,
+    /// Set on a Redis Cluster: every command goes through it, and `primary` stays `None`.
+    cluster: Option<ClusterConnection>,
     config: ConnectionManagerConfig,
     /// `REDIS_URL`'s database number, whichever node is the primary.
     db: i64,
@@ -151,6 +180,7 @@ impl std::fmt::Debug for RedisConnection {
         f.debug_struct("RedisConnection")
             .field("primary", &self.primary().map(|p| p.address))
             .field("sentinel", &self.inner.finder.is_some())
+            .field("cluster", &self.is_cluster())
             .finish()
     }
 }
@@ -166,9 +196,46 @@ impl RedisConnection {
             inner: Arc::new(Inner {
                 primary: RwLock::new(primary),
                 finder,
+                cluster: None,
                 config,
                 db,
             }),
+        }
+    }
+
+    /// Whether this is a Redis Cluster's connection.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.cluster.is_some()
+    }
+
+    /// The indexes of `keys` cut into the groups one call may take: on a cluster, one group
+    /// per slot (ascending slots, each in the keys' order); else one group of all of them,
+    /// one round trip as before.
+    pub fn slot_groups<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Vec<usize>> {
+        if self.is_cluster() {
+            cluster::by_slot(keys)
+        } else if keys.is_empty() {
+            Vec::new()
+        } else {
+            vec![(0..keys.len()).collect()]
+        }
+    }
+
+    /// `PING`. On a cluster, to any one node: a cluster that answers at all is up, while a
+    /// plain `PING` would need every node (and fail during each failover).
+    pub async fn ping(&mut self) -> RedisResult<String> {
+        match &self.inner.cluster {
+            Some(cluster) => {
+                let answer = cluster
+                    .clone()
+                    .route_command(
+                        redis::cmd("PING"),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                    )
+                    .await?;
+                Ok(redis::from_redis_value(answer)?)
+            }
+            None => redis::cmd("PING").query_async::<String>(self).await,
         }
     }
 

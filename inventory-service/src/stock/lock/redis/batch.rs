@@ -154,19 +154,32 @@ impl RedisLock {
     }
 }
 
+/// Runs [`TRY_MANY`] for `leases`: one call on one Redis; one per slot on a Redis Cluster,
+/// all sent at once. Each key is tried alone, so the cut changes no answer: a busy key never
+/// makes another one busy.
 async fn try_many(
     conn: &mut platform::storage::redis::RedisConnection,
     leases: &[Lease],
     ttl: Duration,
 ) -> redis::RedisResult<Vec<bool>> {
-    if leases.is_empty() {
-        return Ok(Vec::new());
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+    let keys: Vec<&str> = leases.iter().map(Lease::key).collect();
+    let groups = conn.slot_groups(&keys);
+    let tries = groups.iter().map(|group| {
+        let mut conn = conn.clone();
+        let mut invocation = TRY_MANY.prepare_invoke();
+        invocation.arg(ttl_ms);
+        for &i in group {
+            invocation.key(leases[i].key()).arg(leases[i].token());
+        }
+        async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
+    });
+    let answers = futures_util::future::try_join_all(tries).await?;
+    let mut taken = vec![false; leases.len()];
+    for (group, answer) in groups.iter().zip(answers) {
+        for (&i, t) in group.iter().zip(answer) {
+            taken[i] = t == 1;
+        }
     }
-    let mut invocation = TRY_MANY.prepare_invoke();
-    invocation.arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
-    for lease in leases {
-        invocation.key(lease.key()).arg(lease.token());
-    }
-    let taken: Vec<i64> = invocation.invoke_async(conn).await?;
-    Ok(taken.into_iter().map(|t| t == 1).collect())
+    Ok(taken)
 }

@@ -73,6 +73,11 @@ use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLo
 /// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
 pub const BACKEND: &str = "redis";
 
+/// The same lock on a Redis Cluster (`REDIS_CLUSTER_URLS`): its label and `STOCK_LOCK` value.
+/// A product's key and its waiter key share a hash tag, so every script stays in one slot,
+/// and a batch's keys go one call per slot ([`RedisConnection::slot_groups`]).
+pub const CLUSTER_BACKEND: &str = "redis-cluster";
+
 /// Takes per-product locks in Redis. Cheap to clone; one per process.
 #[derive(Clone)]
 pub struct RedisLock {
@@ -90,6 +95,8 @@ struct LockerInner {
     redis_down: AtomicBool,
     local: local::LocalQueues,
     counters: Counters,
+    /// [`BACKEND`] or [`CLUSTER_BACKEND`], as the connection is.
+    backend: &'static str,
 }
 
 impl std::fmt::Debug for RedisLock {
@@ -110,6 +117,11 @@ impl RedisLock {
         options: LockOptions,
         health: RedisHealth,
     ) -> Self {
+        let backend = if redis.is_cluster() {
+            CLUSTER_BACKEND
+        } else {
+            BACKEND
+        };
         Self {
             inner: Arc::new(LockerInner {
                 redis,
@@ -118,7 +130,8 @@ impl RedisLock {
                 health,
                 redis_down: AtomicBool::new(false),
                 local: local::LocalQueues::default(),
-                counters: Counters::new(BACKEND),
+                counters: Counters::new(backend),
+                backend,
             }),
         }
     }
@@ -200,7 +213,7 @@ impl StockLock for RedisLock {
     }
 
     fn backend(&self) -> &'static str {
-        BACKEND
+        self.inner.backend
     }
 }
 
