@@ -3,7 +3,7 @@
 # both services on a cluster of the script's own (three masters, three replicas), k6 placing
 # orders on 1,000 products for DURATION; SIGKILL to one master KILL_AFTER seconds in, started
 # again once its replica took over. Prints what the clients saw: orders placed, answers 5xx
-# (every route of both services, from /metrics), CROSSSLOT errors logged, the order POST's p99
+# (every route of both services, from /metrics, counted once both are ready), CROSSSLOT errors logged, the order POST's p99
 # and max, and how long the slots had no master.
 #
 #   RELEASE=1 CARGO_TARGET_DIR=/var/tmp/release-target scripts/redis-cluster-failover.sh
@@ -49,6 +49,8 @@ echo "| run | orders placed | orders/s | answers 5xx | CROSSSLOT logged | POST p
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |" | tee -a "$OUT/failover.md"
 for run in $(seq 1 "$RUNS"); do
   stack_start "redis_cluster_failover"
+  # Counted from here: /readyz answers 503 while the services start.
+  before=$(( $(sum_5xx "$ORDER_URL") + $(sum_5xx "$INVENTORY_URL") ))
   summary="$OUT/run-$run.json"
   ORDER_URL="$ORDER_URL" INVENTORY_URL="$INVENTORY_URL" ADMIN_TOKEN="$ADMIN_TOKEN" \
     SUMMARY_FILE="$summary" DURATION="$DURATION" VUS="$VUS" \
@@ -64,15 +66,15 @@ for run in $(seq 1 "$RUNS"); do
   took="$(echo "$(date +%s.%N) - $killed_at" | bc)"
   redis_cluster_restart "$victim"
   wait "$k6_pid" || true
-  errors=$(( $(sum_5xx "$ORDER_URL") + $(sum_5xx "$INVENTORY_URL") ))
+  errors=$(( $(sum_5xx "$ORDER_URL") + $(sum_5xx "$INVENTORY_URL") - before ))
   crossslot="$(cat "$STACK_LOG_DIR"/*.log | grep -c CROSSSLOT || true)"
   printf '| %s | %s | %s | %s | %s | %s | %s | %.1f |\n' "$run" \
     "$(jq -r '.report.orders_created' "$summary")" "$(jq -r '.report.orders_per_s' "$summary")" \
     "$errors" "$crossslot" \
     "$(jq -r '.report.order_post_p99_ms' "$summary")" \
-    "$(jq -r '.metrics.order_post_duration.values.max // "n/a"' "$summary")" \
+    "$(jq -r '.metrics.order_post_duration.values.max // 0 | floor' "$summary")" \
     "$took" | tee -a "$OUT/failover.md"
-  cp "$STACK_LOG_DIR"/*.log "$OUT/" 2>/dev/null || true
+  for log in "$STACK_LOG_DIR"/*.log; do cp "$log" "$OUT/run-$run-$(basename "$log")"; done
   stack_stop
   for _ in $(seq 1 100); do redis_cluster_healthy && break; sleep 0.2; done
 done

@@ -120,12 +120,19 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
             // The masters are the lock service: a minority down changes nothing, a majority
             // down bypasses the lock (counted), as with one Redis down.
             readiness.redis = None;
-            lock::Locker::new(lock::redlock::Redlock::new(
+            let redlock = lock::redlock::Redlock::new(
                 masters,
                 RedisKeys::new(config.redis_key_prefix.clone()),
                 options,
                 config.redlock_drift,
-            ))
+            );
+            // Without a majority the lock service is down: readiness names it `redis`.
+            let probe = redlock.clone();
+            readiness.lock_service = Some(platform::http::health::Probe {
+                name: "redis",
+                answers: Arc::new(move || probe.answers()),
+            });
+            lock::Locker::new(redlock)
         }
         lock::Backend::Etcd => {
             let etcd = lock::etcd::EtcdLock::connect(

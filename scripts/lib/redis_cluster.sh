@@ -85,7 +85,7 @@ redis_cluster_kill() { # port
 redis_cluster_restart() { # port
   local i
   for i in 0 1 2 3 4 5; do
-    [ "${CLUSTER_PORTS[$i]}" = "$1" ] && _cluster_spawn "$i"
+    if [ "${CLUSTER_PORTS[$i]}" = "$1" ]; then _cluster_spawn "$i"; fi
   done
 }
 

@@ -238,6 +238,18 @@ pub struct LoadReport {
     pub elapsed: Duration,
 }
 
+impl LoadReport {
+    /// Adds what `other`, a load run beside this one, saw.
+    pub fn absorb(&mut self, other: LoadReport) {
+        self.accepted.extend(other.accepted);
+        for (status, n) in other.refused {
+            *self.refused.entry(status).or_default() += n;
+        }
+        self.retried += other.retried;
+        self.elapsed = self.elapsed.max(other.elapsed);
+    }
+}
+
 impl std::fmt::Display for LoadReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

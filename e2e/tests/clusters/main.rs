@@ -6,5 +6,6 @@
 mod fleet;
 mod postgres_standby;
 mod rabbitmq_cluster;
+mod redis_cluster;
 mod redis_sentinel;
 mod smoke;

@@ -406,12 +406,7 @@ async fn deduct(
 /// One report of both loads and the scenario's own orders.
 fn merge(hot: LoadReport, steady: LoadReport, extra: Vec<Placed>) -> LoadReport {
     let mut report = hot;
-    report.accepted.extend(steady.accepted);
+    report.absorb(steady);
     report.accepted.extend(extra);
-    for (status, n) in steady.refused {
-        *report.refused.entry(status).or_default() += n;
-    }
-    report.retried += steady.retried;
-    report.elapsed = report.elapsed.max(steady.elapsed);
     report
 }

@@ -1,6 +1,6 @@
 //! `STOCK_LOCK=redlock`: locks on a majority of three independent Redis masters of the test's
 //! own. One holder at a time; a minority of masters frozen changes nothing, a majority
-//! frozen bypasses the lock; a holder that stops renewing learns before commit that its lock
+//! frozen bypasses the lock and makes `/readyz` name redis; a holder that stops renewing learns before commit that its lock
 //! is gone, and cannot oversell; and two instances on it, with a master frozen mid-sale, sell
 //! exactly the stock.
 
@@ -13,7 +13,7 @@ use platform::storage::redis::connect_with_timeout;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 use testkit::redis::PrivateRedis;
-use testkit::{Backend, redis_prefix};
+use testkit::{Backend, eventually, redis_prefix, wait_until_ok};
 
 use crate::concurrency::{a_stalled_holder_cannot_oversell, sixty_deductions_across_a_fault};
 use crate::helpers::TestApp;
@@ -109,6 +109,39 @@ async fn a_minority_frozen_changes_nothing_and_a_majority_frozen_bypasses() {
     );
     masters[0].resume();
     masters[1].resume();
+}
+
+#[tokio::test]
+async fn readyz_names_redis_while_a_majority_of_the_masters_is_frozen() {
+    let mut masters = three_masters().await;
+    let urls: Vec<String> = masters.iter().map(|m| m.url.clone()).collect();
+    let app = TestApp::spawn_with(move |c| {
+        c.stock_lock = LockBackend::Redlock;
+        c.redlock_urls = urls;
+        c.redis_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let readyz = app.url("/readyz");
+    wait_until_ok(&readyz).await;
+    let status = || async { app.anonymous.get(&readyz).send().await.expect("readyz") };
+    // One of three frozen: a majority answers, the instance stays ready.
+    masters[0].freeze();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(status().await.status(), 200);
+    masters[1].freeze();
+    let detail = eventually(Duration::from_secs(10), || async {
+        let answer = status().await;
+        if answer.status() != 503 {
+            return None;
+        }
+        let problem: serde_json::Value = answer.json().await.ok()?;
+        problem["detail"].as_str().map(str::to_owned)
+    })
+    .await;
+    assert!(detail.contains("redis"), "{detail}");
+    masters[0].resume();
+    masters[1].resume();
+    wait_until_ok(&readyz).await;
 }
 
 #[tokio::test]

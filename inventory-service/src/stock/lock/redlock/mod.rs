@@ -29,6 +29,7 @@
 //! to a TTL. Stock stays correct regardless: the conditional update decides.
 
 mod held;
+mod masters;
 mod scripts;
 
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use self::held::RedlockHeld;
+use self::masters::Majority;
 use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
 
 /// The `backend` label of this lock's metrics, and `STOCK_LOCK`'s value for it.
@@ -72,6 +74,8 @@ struct Inner {
     /// Set while fewer than a majority answer, so that is logged once per outage.
     unreachable: AtomicBool,
     counters: Counters,
+    /// Whether a majority answered the last health check, for `/readyz`.
+    majority: Arc<Majority>,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -91,6 +95,8 @@ impl Redlock {
         options: LockOptions,
         drift: Duration,
     ) -> Self {
+        let majority = Arc::new(Majority::default());
+        Majority::watch(&majority, masters.clone(), masters.len() / 2 + 1);
         Self {
             inner: Arc::new(Inner {
                 masters,
@@ -99,8 +105,15 @@ impl Redlock {
                 drift,
                 unreachable: AtomicBool::new(false),
                 counters: Counters::new(BACKEND),
+                majority,
             }),
         }
+    }
+
+    /// Whether a majority of the masters answered the last health check (every second):
+    /// `/readyz` names `redis` otherwise.
+    pub fn answers(&self) -> bool {
+        self.inner.majority.answers()
     }
 
     /// How many masters make a majority.
