@@ -17,6 +17,7 @@ mod helpers;
 mod holds;
 mod liveness;
 mod lock;
+mod lock_matrix;
 mod openapi;
 mod operations;
 mod order_events;
