@@ -131,20 +131,21 @@ if [[ " $PHASES " == *" throughput "* ]]; then
 fi
 
 # --- 2. a node lost under load -------------------------------------------------------------
-kill_node() { # backend; prints what it killed
+kill_node() { # backend; sets NODE to what it killed (run in this shell, not in $(…): the
+  # cluster's helpers keep their state in it)
   case "$1" in
-    redis) kill -KILL "${PID[redis3]}"; wait "${PID[redis3]}" 2>/dev/null || true; echo redis3 ;;
+    redis) kill -KILL "${PID[redis3]}"; wait "${PID[redis3]}" 2>/dev/null || true; NODE=redis3 ;;
     redis-cluster)
       local master
       master="$(redis_cluster_master_of "lock:product:{$HOT_ID}")"
       redis_cluster_kill "$master"
-      echo "cluster$master" ;;
-    redlock) kill -KILL "${PID[redis0]}"; wait "${PID[redis0]}" 2>/dev/null || true; echo redis0 ;;
+      NODE="cluster$master" ;;
+    redlock) kill -KILL "${PID[redis0]}"; wait "${PID[redis0]}" 2>/dev/null || true; NODE=redis0 ;;
     etcd)
       local leader
       leader="$(etcd_leader)"
       kill -KILL "${PID[etcd$leader]}"; wait "${PID[etcd$leader]}" 2>/dev/null || true
-      echo "etcd$leader" ;;
+      NODE="etcd$leader" ;;
   esac
 }
 restart_node() { # name
@@ -175,7 +176,8 @@ node_loss() { # backend
     k6 run -q k6/direct-deductions.js >"$OUT/node-loss-$backend.txt" 2>&1 &
   local k6_pid=$!
   sleep 5
-  node="$(kill_node "$backend")"
+  kill_node "$backend"
+  node="$NODE"
   sleep 7
   restart_node "$node"
   wait "$k6_pid" || true

@@ -10,7 +10,7 @@
 #
 # Knobs: DURATION (default 30s), KILL_AFTER (default 8), VUS (default 50), RUNS (default 1),
 # REDIS_CLUSTER_WAIT_MS (default the services' 5000). Needs redis-server, redis-cli, k6, jq,
-# curl, psql, rabbitmqctl. Results in k6/results/redis-cluster-<time>/.
+# curl, bc, psql, rabbitmqctl. Results in k6/results/redis-cluster-<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +22,7 @@ OUT="k6/results/redis-cluster-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
 SCRATCH="$(mktemp -d /tmp/redis-cluster.XXXXXX)"
 
-for tool in redis-server redis-cli k6 jq curl; do
+for tool in redis-server redis-cli k6 jq curl bc; do
   command -v "$tool" >/dev/null || { echo "$tool is needed" >&2; exit 1; }
 done
 . scripts/lib/stack.sh
@@ -62,7 +62,8 @@ for run in $(seq 1 "$RUNS"); do
   victim="$(redis_cluster_master_of "failover-probe")"
   killed_at=$(date +%s.%N)
   redis_cluster_kill "$victim"
-  redis_cluster_ok_after "failover-probe" "$victim"
+  redis_cluster_ok_after "failover-probe" "$victim" \
+    || { echo "no replica took over from :$victim within 30 s" >&2; exit 1; }
   took="$(echo "$(date +%s.%N) - $killed_at" | bc)"
   redis_cluster_restart "$victim"
   wait "$k6_pid" || true
@@ -77,5 +78,6 @@ for run in $(seq 1 "$RUNS"); do
   for log in "$STACK_LOG_DIR"/*.log; do cp "$log" "$OUT/run-$run-$(basename "$log")"; done
   stack_stop
   for _ in $(seq 1 100); do redis_cluster_healthy && break; sleep 0.2; done
+  redis_cluster_healthy || { echo "the cluster did not recover after run $run" >&2; exit 1; }
 done
 echo "results in $OUT" >&2

@@ -142,7 +142,7 @@ impl Config {
             redis_url: config::string("REDIS_URL", &defaults.redis_url),
             redis_sentinels: Sentinels::from_env()?,
             redis_cluster: RedisCluster::from_env()?,
-            redis_key_prefix: std::env::var("REDIS_KEY_PREFIX").unwrap_or_default(),
+            redis_key_prefix: platform::storage::redis::key_prefix_from_env()?,
             // Below a millisecond every call would time out; see docs/configuration.md, "Why these defaults".
             redis_timeout: config::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
             amqp_urls: config::amqp_nodes(&defaults.amqp_urls[0])?,

@@ -138,7 +138,7 @@ impl Config {
             redis_url: env::string("REDIS_URL", "redis://127.0.0.1:6379/0"),
             redis_sentinels: Sentinels::from_env()?,
             redis_cluster: RedisCluster::from_env()?,
-            redis_key_prefix: env::string("REDIS_KEY_PREFIX", ""),
+            redis_key_prefix: platform::storage::redis::key_prefix_from_env()?,
             // Below a millisecond every call would time out; see docs/configuration.md, "Why these defaults".
             redis_timeout: env::millis_at_least("REDIS_TIMEOUT_MS", 500, 1)?,
             amqp_urls: env::amqp_nodes("amqp://guest:guest@127.0.0.1:5672/%2f")?,

@@ -61,22 +61,27 @@ redis_cluster_healthy() { # every live node ok, three replicas in sync
   [ "$synced" -eq 3 ]
 }
 
-redis_cluster_master_of() { # key
-  local slot port
+redis_cluster_master_of() { # key; prints nothing when no node that answers knows
+  local slot port master
   for port in "${!CLUSTER_PID[@]}"; do
     slot="$(redis-cli -p "$port" cluster keyslot "$1" 2>/dev/null)" || continue
     # CLUSTER NODES: id, ip:port@bus, flags, master, ping, pong, epoch, link, slot ranges.
-    redis-cli -p "$port" cluster nodes 2>/dev/null | awk -v slot="$slot" '
+    master="$(redis-cli -p "$port" cluster nodes 2>/dev/null | awk -v slot="$slot" '
       $3 ~ /master/ && $3 !~ /fail/ {
         for (i = 9; i <= NF; i++) {
           n = split($i, range, "-"); if (n == 1) range[2] = range[1]
           if (range[1] + 0 <= slot && slot <= range[2] + 0) { split($2, at, "[:@]"); print at[2]; exit }
         }
-      }' && return
+      }')"
+    if [ -n "$master" ]; then
+      echo "$master"
+      return
+    fi
   done
 }
 
-redis_cluster_kill() { # port
+redis_cluster_kill() { # port (in the shell that started the cluster: it forgets the node)
+  [ -n "$1" ] && [ -n "${CLUSTER_PID[$1]:-}" ] || { echo "no cluster node on port '$1'" >&2; return 1; }
   kill -KILL "${CLUSTER_PID[$1]}" 2>/dev/null || true
   wait "${CLUSTER_PID[$1]}" 2>/dev/null || true
   unset "CLUSTER_PID[$1]"

@@ -63,6 +63,7 @@ pub const REFUSED_BY_EVERY_SERVICE: &[(&str, &str)] = &[
     ("RELAY_BATCH_SIZE", "0"),
     ("REDIS_CLUSTER_URLS", "127.0.0.1:7000"),
     ("REDIS_CLUSTER_WAIT_MS", "0"),
+    ("REDIS_KEY_PREFIX", "{shop}:"),
     ("CONSUMER_PREFETCH", "0"),
     ("RETENTION_SECS", "0"),
     ("DATABASE_MAX_CONNECTIONS", "0"),

@@ -1,7 +1,8 @@
 //! `STOCK_LOCK=redis-cluster`: the Redis lock on a Redis Cluster of the test's own (three
 //! masters, three replicas). A batch's products fall in many slots on every master and are
 //! locked without a cross-slot error; a holder paused past its TTL cannot oversell; and two
-//! instances selling one product go on through a master's failover, without a restart.
+//! instances selling one product go on through a master's failover, without a restart; and
+//! `/readyz` names redis while the cluster cannot serve every slot.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use platform::storage::redis::health::RedisHealth;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 use testkit::redis_cluster::PrivateRedisCluster;
-use testkit::{Backend, redis_prefix};
+use testkit::{Backend, eventually, redis_prefix, wait_until_ok};
 
 use crate::concurrency::{a_stalled_holder_cannot_oversell, sixty_deductions_across_a_fault};
 use crate::helpers::TestApp;
@@ -142,4 +143,48 @@ async fn two_instances_on_a_redis_cluster_with_a_master_killed_mid_sale_sell_exa
     }
     cluster.restart(master);
     cluster.await_healthy().await;
+}
+
+#[tokio::test]
+async fn readyz_names_redis_while_the_cluster_cannot_serve_every_slot() {
+    let mut cluster = PrivateRedisCluster::start().await;
+    let settings = cluster.settings(Duration::from_secs(2));
+    let app = TestApp::spawn_with(move |c| {
+        c.stock_lock = LockBackend::RedisCluster;
+        c.redis_cluster = Some(settings);
+    })
+    .await;
+    let readyz = app.url("/readyz");
+    wait_until_ok(&readyz).await;
+
+    // Two masters of three gone: no majority is left to promote their replicas, and the
+    // nodes left call the cluster failed. Every node that answers says so.
+    let mut masters = Vec::new();
+    for n in 0.. {
+        let master = cluster.master_of(&format!("{{probe-{n}}}")).await;
+        if !masters.contains(&master) {
+            masters.push(master);
+        }
+        if masters.len() == 2 {
+            break;
+        }
+    }
+    for master in &masters {
+        cluster.kill(*master);
+    }
+    let detail = eventually(Duration::from_secs(30), || async {
+        let answer = app.anonymous.get(&readyz).send().await.ok()?;
+        if answer.status() != 503 {
+            return None;
+        }
+        let problem: serde_json::Value = answer.json().await.ok()?;
+        problem["detail"].as_str().map(str::to_owned)
+    })
+    .await;
+    assert!(detail.contains("redis"), "{detail}");
+
+    for master in masters {
+        cluster.restart(master);
+    }
+    wait_until_ok(&readyz).await;
 }

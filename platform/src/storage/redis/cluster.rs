@@ -116,6 +116,25 @@ impl RedisCluster {
     }
 }
 
+/// `REDIS_KEY_PREFIX`, put before every key (empty when unset). A brace is refused: on a
+/// Redis Cluster the prefix's braces would be every key's hash tag, putting all of them in
+/// one slot, or splitting the keys one script changes across slots.
+pub fn key_prefix_from_env() -> anyhow::Result<String> {
+    let prefix = std::env::var("REDIS_KEY_PREFIX").unwrap_or_default();
+    check_key_prefix(&prefix)?;
+    Ok(prefix)
+}
+
+fn check_key_prefix(prefix: &str) -> anyhow::Result<()> {
+    if prefix.contains(['{', '}']) {
+        bail!(
+            "environment variable REDIS_KEY_PREFIX={prefix:?} holds a brace: the keys' own \
+             braces choose their Redis Cluster slot"
+        );
+    }
+    Ok(())
+}
+
 /// The slot of `key` as a Redis Cluster computes it: CRC16 (XMODEM) of its hash tag (the
 /// first non-empty `{...}`), else of the whole key, modulo 16,384.
 pub fn slot(key: &[u8]) -> u16 {
@@ -192,6 +211,15 @@ mod tests {
         assert!(slots.windows(2).all(|w| w[0] < w[1]), "ascending slots");
         assert!(groups.contains(&vec![0, 2, 5]), "{groups:?}");
         assert!(groups.contains(&vec![1, 4]), "{groups:?}");
+    }
+
+    #[test]
+    fn a_key_prefix_with_a_brace_is_refused() {
+        assert!(check_key_prefix("shop-1:").is_ok());
+        for bad in ["{shop}:", "x{}", "a}"] {
+            let error = check_key_prefix(bad).expect_err(bad).to_string();
+            assert!(error.contains("REDIS_KEY_PREFIX"), "{error}");
+        }
     }
 
     #[test]

@@ -21,14 +21,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use redis::RedisResult;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::SentinelClient;
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use answers::primary_lost;
-pub use cluster::{DEFAULT_WAIT as DEFAULT_CLUSTER_WAIT, RedisCluster, slot};
+pub use cluster::{DEFAULT_WAIT as DEFAULT_CLUSTER_WAIT, RedisCluster, key_prefix_from_env, slot};
 pub use sentinels::Sentinels;
 
 use crate::storage::tls::CaBundle;
@@ -221,19 +221,31 @@ impl RedisConnection {
         }
     }
 
-    /// `PING`. On a cluster, to any one node: a cluster that answers at all is up, while a
-    /// plain `PING` would need every node (and fail during each failover).
+    /// `PING`. On a cluster, `CLUSTER INFO` to any one node, answered as a `PING` only while
+    /// the cluster serves every slot (`cluster_state:ok`); otherwise an error reply, which
+    /// says the cluster answers but cannot serve, so a health check leaves Redis as it was
+    /// (up during a failover's seconds, down after a call outlasted the wait) and readiness
+    /// names Redis. A `PING` to every node would fail during each failover, and one node's
+    /// `PONG` says nothing of the others' slots.
     pub async fn ping(&mut self) -> RedisResult<String> {
         match &self.inner.cluster {
             Some(cluster) => {
                 let answer = cluster
                     .clone()
                     .route_command(
-                        redis::cmd("PING"),
+                        redis::cmd("CLUSTER").arg("INFO").to_owned(),
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
                     )
                     .await?;
-                Ok(redis::from_redis_value(answer)?)
+                let info: String = redis::from_redis_value(answer)?;
+                if info.lines().any(|line| line.trim() == "cluster_state:ok") {
+                    Ok("PONG".to_owned())
+                } else {
+                    Err(RedisError::from((
+                        ErrorKind::Server(ServerErrorKind::ClusterDown),
+                        "the Redis Cluster does not serve every slot (cluster_state is not ok)",
+                    )))
+                }
             }
             None => redis::cmd("PING").query_async::<String>(self).await,
         }

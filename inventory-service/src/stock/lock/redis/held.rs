@@ -25,6 +25,8 @@ struct HeldState {
     valid_until: Mutex<Instant>,
     /// Set once the loss was counted, so it is counted once.
     reported: AtomicBool,
+    /// The metrics' `backend` label: `redis` or `redis-cluster`.
+    backend: &'static str,
 }
 
 impl HeldState {
@@ -45,7 +47,7 @@ impl HeldState {
     fn mark_lost(&self) {
         self.lost.cancel();
         if !self.reported.swap(true, Ordering::Relaxed) {
-            metrics::lock_lost(super::BACKEND);
+            metrics::lock_lost(self.backend);
         }
     }
 }
@@ -92,6 +94,7 @@ impl RedisLocks {
             lost: CancellationToken::new(),
             valid_until: Mutex::new(valid_until),
             reported: AtomicBool::new(false),
+            backend: super::backend_of(&conn),
         });
         let watchdog = (options.renew && !leases.is_empty()).then(|| {
             let stop = CancellationToken::new();
@@ -125,6 +128,8 @@ impl RedisLocks {
                 lost: CancellationToken::new(),
                 valid_until: Mutex::new(Instant::now()),
                 reported: AtomicBool::new(false),
+                // Never lost nor renewed: it holds nothing.
+                backend: super::BACKEND,
             }),
             watchdog: None,
             released: true,
@@ -276,7 +281,7 @@ async fn renew_until_stopped(
                 break;
             }
             match lease.renew(&mut conn, ttl).await {
-                Ok(true) => metrics::lock_renewed(super::BACKEND),
+                Ok(true) => metrics::lock_renewed(state.backend),
                 Ok(false) => {
                     if !stop.is_cancelled() {
                         tracing::warn!(

@@ -78,6 +78,15 @@ pub const BACKEND: &str = "redis";
 /// and a batch's keys go one call per slot ([`RedisConnection::slot_groups`]).
 pub const CLUSTER_BACKEND: &str = "redis-cluster";
 
+/// The `backend` label of a lock on `redis`.
+fn backend_of(redis: &RedisConnection) -> &'static str {
+    if redis.is_cluster() {
+        CLUSTER_BACKEND
+    } else {
+        BACKEND
+    }
+}
+
 /// Takes per-product locks in Redis. Cheap to clone; one per process.
 #[derive(Clone)]
 pub struct RedisLock {
@@ -117,11 +126,7 @@ impl RedisLock {
         options: LockOptions,
         health: RedisHealth,
     ) -> Self {
-        let backend = if redis.is_cluster() {
-            CLUSTER_BACKEND
-        } else {
-            BACKEND
-        };
+        let backend = backend_of(&redis);
         Self {
             inner: Arc::new(LockerInner {
                 redis,

@@ -33,8 +33,12 @@ impl Majority {
     /// Pings `masters` now and every [`CHECK_EVERY`] while `majority` is alive (the lock
     /// holding it dropped, the task ends); each ping is bounded by its connection's timeout.
     pub(super) fn watch(majority: &Arc<Self>, masters: Vec<RedisConnection>, quorum: usize) {
+        // Outside a runtime (a lock built for a unit test) nothing watches: it stays answering.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let majority: Weak<Self> = Arc::downgrade(majority);
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             loop {
                 let answered = join_all(masters.iter().map(|master| {
                     let mut master = master.clone();
