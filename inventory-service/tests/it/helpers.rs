@@ -193,6 +193,21 @@ impl TestApp {
         Some(reservation["state"].as_str().expect("its state").to_owned())
     }
 
+    /// Waits (30 s at most) until `/readyz` answers 503, and returns its problem's detail,
+    /// which names what is down.
+    pub async fn unready_detail(&self) -> String {
+        let readyz = self.url("/readyz");
+        eventually(Duration::from_secs(30), || async {
+            let answer = self.anonymous.get(&readyz).send().await.ok()?;
+            if answer.status() != 503 {
+                return None;
+            }
+            let problem: Value = answer.json().await.ok()?;
+            problem["detail"].as_str().map(str::to_owned)
+        })
+        .await
+    }
+
     /// `product`'s lock, held (and renewed) by another process until the guard is released.
     pub async fn lock_held_elsewhere(&self, product: i64) -> inventory_service::stock::lock::Locks {
         let other_process = self.locker(LockOptions {

@@ -13,7 +13,7 @@ use platform::storage::redis::health::RedisHealth;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 use testkit::redis_cluster::PrivateRedisCluster;
-use testkit::{Backend, eventually, redis_prefix, wait_until_ok};
+use testkit::{Backend, redis_prefix, wait_until_ok};
 
 use crate::concurrency::{a_stalled_holder_cannot_oversell, sixty_deductions_across_a_fault};
 use crate::helpers::TestApp;
@@ -172,15 +172,7 @@ async fn readyz_names_redis_while_the_cluster_cannot_serve_every_slot() {
     for master in &masters {
         cluster.kill(*master);
     }
-    let detail = eventually(Duration::from_secs(30), || async {
-        let answer = app.anonymous.get(&readyz).send().await.ok()?;
-        if answer.status() != 503 {
-            return None;
-        }
-        let problem: serde_json::Value = answer.json().await.ok()?;
-        problem["detail"].as_str().map(str::to_owned)
-    })
-    .await;
+    let detail = app.unready_detail().await;
     assert!(detail.contains("redis"), "{detail}");
 
     for master in masters {

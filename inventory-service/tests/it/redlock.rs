@@ -13,7 +13,7 @@ use platform::storage::redis::connect_with_timeout;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 use testkit::redis::PrivateRedis;
-use testkit::{Backend, eventually, redis_prefix, wait_until_ok};
+use testkit::{Backend, redis_prefix, wait_until_ok};
 
 use crate::concurrency::{a_stalled_holder_cannot_oversell, sixty_deductions_across_a_fault};
 use crate::helpers::TestApp;
@@ -129,15 +129,7 @@ async fn readyz_names_redis_while_a_majority_of_the_masters_is_frozen() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(status().await.status(), 200);
     masters[1].freeze();
-    let detail = eventually(Duration::from_secs(10), || async {
-        let answer = status().await;
-        if answer.status() != 503 {
-            return None;
-        }
-        let problem: serde_json::Value = answer.json().await.ok()?;
-        problem["detail"].as_str().map(str::to_owned)
-    })
-    .await;
+    let detail = app.unready_detail().await;
     assert!(detail.contains("redis"), "{detail}");
     masters[0].resume();
     masters[1].resume();
