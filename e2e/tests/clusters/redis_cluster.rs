@@ -37,7 +37,9 @@ async fn a_redis_cluster_master_failover_under_load_fails_no_request_and_oversel
             // Nothing listens on port 1: a service that ignored the cluster would find no Redis.
             .with("REDIS_URL", "redis://127.0.0.1:1/0")
             .with("REDIS_CLUSTER_URLS", cluster.urls())
-            .with("REDIS_CLUSTER_WAIT_MS", "10000")
+            // Well above the failover (about 2.5 s here), and requests may wait as long.
+            .with("REDIS_CLUSTER_WAIT_MS", "30000")
+            .with("REQUEST_TIMEOUT_SECS", "60")
             .with("AMQP_URL", vhost.url.clone())
     };
     let fleet = Fleet::start(
