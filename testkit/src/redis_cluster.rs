@@ -184,6 +184,28 @@ impl PrivateRedisCluster {
         .await
     }
 
+    /// The ports of the running nodes that replicate the master at `master` (`ROLE`).
+    pub async fn replicas_of(&self, master: u16) -> Vec<u16> {
+        let mut replicas = Vec::new();
+        for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+            let role: Option<Vec<redis::Value>> = query(node.port, &redis::cmd("ROLE")).await;
+            if let Some(
+                [
+                    redis::Value::BulkString(role),
+                    _,
+                    redis::Value::Int(port),
+                    ..,
+                ],
+            ) = role.as_deref()
+                && role == b"slave"
+                && *port == i64::from(master)
+            {
+                replicas.push(node.port);
+            }
+        }
+        replicas
+    }
+
     /// Kills (`SIGKILL`) the node at `port`.
     pub fn kill(&mut self, port: u16) {
         let node = self.node_mut(port);

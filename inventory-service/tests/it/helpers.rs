@@ -414,6 +414,41 @@ pub async fn publish_order_created(probe: &AmqpProbe, order_id: Uuid, items: &[(
         .await;
 }
 
+/// Orders' events on `product` (created here with a stock of 10): one order of 4 reserves and
+/// one of 20 is refused; the first's creation delivered again is recorded once, and its
+/// cancellation, delivered twice, gives the 4 units back once.
+pub async fn reserve_refuse_release(app: &TestApp, product: i64) {
+    app.create_product(product, 10).await;
+    let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
+    let (placed, short) = (Uuid::now_v7(), Uuid::now_v7());
+    publish_order_created(&probe, placed, &[(product, 4)]).await;
+    publish_order_created(&probe, short, &[(product, 20)]).await;
+    let state_becomes = |order_id: Uuid, wanted: &'static str| {
+        eventually(Duration::from_secs(30), move || async move {
+            (app.reservation_state(order_id).await? == wanted).then_some(())
+        })
+    };
+    state_becomes(placed, "APPLIED").await;
+    state_becomes(short, "REJECTED").await;
+    assert_eq!(app.stock(product).await, 6);
+
+    publish_order_created(&probe, placed, &[(product, 4)]).await;
+    for _ in 0..2 {
+        probe
+            .publish_event(
+                keys::ORDERS_EXCHANGE,
+                keys::ORDER_CANCELLED,
+                json!({"order_id": placed}),
+            )
+            .await;
+    }
+    state_becomes(placed, "RELEASED").await;
+    eventually(Duration::from_secs(30), || async {
+        (app.stock(product).await == 10).then_some(())
+    })
+    .await;
+}
+
 /// Makes `db` refuse every insert of `order_id`'s reservation (a trigger that raises): a
 /// failure that repeats on every try.
 pub async fn refuse_reservations_of(db: &BackendDatabase, order_id: Uuid) {

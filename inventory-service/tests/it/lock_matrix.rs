@@ -8,16 +8,13 @@ use std::time::Duration;
 
 use inventory_service::Config;
 use inventory_service::stock::lock::Backend as LockBackend;
-use serde_json::json;
-use shared::keys;
+use testkit::Backend;
 use testkit::etcd::EtcdCluster;
 use testkit::redis::PrivateRedis;
 use testkit::redis_cluster::PrivateRedisCluster;
-use testkit::{AmqpProbe, Backend, eventually};
-use uuid::Uuid;
 
 use crate::helpers::{
-    TestApp, assert_exactly_fifty_applied, patient, publish_order_created, stampede,
+    TestApp, assert_exactly_fifty_applied, patient, reserve_refuse_release, stampede,
 };
 
 testkit::on_each_backend!(
@@ -98,34 +95,7 @@ async fn the_flow_on(lock: LockBackend, backend: Backend) {
     assert_exactly_fifty_applied(&app, 1, &statuses).await;
 
     // Orders' events, through the consumer's batches and their locks.
-    app.create_product(2, 10).await;
-    let probe = AmqpProbe::connect(&app.config.amqp_urls[0]).await;
-    let (placed, short) = (Uuid::now_v7(), Uuid::now_v7());
-    publish_order_created(&probe, placed, &[(2, 4)]).await;
-    publish_order_created(&probe, short, &[(2, 20)]).await;
-    let state_becomes = |order_id: Uuid, wanted: &'static str| {
-        let app = &app;
-        eventually(Duration::from_secs(30), move || async move {
-            (app.reservation_state(order_id).await? == wanted).then_some(())
-        })
-    };
-    state_becomes(placed, "APPLIED").await;
-    state_becomes(short, "REJECTED").await;
-    assert_eq!(app.stock(2).await, 6);
-    for _ in 0..2 {
-        probe
-            .publish_event(
-                keys::ORDERS_EXCHANGE,
-                keys::ORDER_CANCELLED,
-                json!({"order_id": placed}),
-            )
-            .await;
-    }
-    state_becomes(placed, "RELEASED").await;
-    eventually(Duration::from_secs(30), || async {
-        (app.stock(2).await == 10).then_some(())
-    })
-    .await;
+    reserve_refuse_release(&app, 2).await;
 
     let stats = locker.stats();
     assert!(stats.acquired > 0, "{lock:?} took its locks: {stats:?}");

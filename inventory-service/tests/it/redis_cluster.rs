@@ -13,7 +13,7 @@ use platform::storage::redis::health::RedisHealth;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
 use testkit::redis_cluster::PrivateRedisCluster;
-use testkit::{Backend, redis_prefix, wait_until_ok};
+use testkit::{Backend, redis_prefix, scrape_metric, wait_until_ok};
 
 use crate::concurrency::{a_stalled_holder_cannot_oversell, sixty_deductions_across_a_fault};
 use crate::helpers::TestApp;
@@ -95,7 +95,26 @@ async fn a_holder_stalled_past_its_ttl_on_a_redis_cluster_cannot_oversell() {
     // Renewal off: this holder behaves like a process paused (SIGSTOP) with its watchdog.
     let stalling = locker(&cluster, &prefix, options(300, false));
     let other_process = locker(&cluster, &prefix, options(300, true));
+    let lost = r#"lock_acquisitions_total{result="lost",backend="redis-cluster"}"#;
+    let renewed = r#"lock_renewals_total{backend="redis-cluster"}"#;
+    let base = app.url("");
+    let (lost_before, renewed_before) = (
+        scrape_metric(&base, lost).await,
+        scrape_metric(&base, renewed).await,
+    );
     a_stalled_holder_cannot_oversell(&app, &stalling, &other_process).await;
+
+    // A lock held over two renewal periods (a third of the TTL each) is renewed on the
+    // cluster; the loss and the renewals are counted under the cluster's label.
+    let held = other_process.acquire(ProductId(2)).await.expect("a lock");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(held.ensure_held(), Ok(()));
+    held.release().await;
+    assert!(scrape_metric(&base, lost).await > lost_before, "{lost}");
+    assert!(
+        scrape_metric(&base, renewed).await > renewed_before,
+        "{renewed}"
+    );
 }
 
 testkit::on_each_backend!(

@@ -33,6 +33,7 @@
 //! ([`TokenStore::give_back_abandoned`]): its request is not running, and its retries must not
 //! be told it is in flight.
 
+mod complete;
 mod give_back;
 
 use std::sync::{Arc, Mutex};
@@ -49,8 +50,7 @@ use uuid::Uuid;
 use give_back::{Abandoned, Giving};
 
 use super::scripts::CLAIM;
-use super::state::{DONE, in_flight, issued, parse_state};
-use crate::tokens::StoredResponse;
+use super::state::{in_flight, issued, parse_state};
 use crate::tokens::signed::TokenSigner;
 
 pub use super::state::Claim;
@@ -217,71 +217,6 @@ impl TokenStore {
             }
         }
     }
-
-    /// Records the first responses of many tokens in one round trip, replacing their
-    /// in-flight states.
-    pub async fn complete_all(
-        &self,
-        done: &[(Uuid, &StoredResponse)],
-    ) -> Result<(), RedisCallError> {
-        if done.is_empty() {
-            return Ok(());
-        }
-        let keys: Vec<String> = done
-            .iter()
-            .map(|(token, _)| self.keys.idempotency_token(token))
-            .collect();
-        // A pipeline may not span a cluster's slots: one per slot there, all sent at once.
-        let mut pipes: Vec<redis::Pipeline> = Vec::new();
-        for group in self.redis.slot_groups(&keys) {
-            let mut pipe = redis::pipe();
-            for i in group {
-                let (token, response) = &done[i];
-                let key = &keys[i];
-                set_done(&mut pipe, key, token, response, self.ttl);
-            }
-            pipes.push(pipe);
-        }
-        let set = || {
-            let conn = self.redis.clone();
-            let pipes = &pipes;
-            async move {
-                try_join_all(pipes.iter().map(|pipe| {
-                    let mut conn = conn.clone();
-                    async move { pipe.query_async::<()>(&mut conn).await }
-                }))
-                .await
-                .map(drop)
-            }
-        };
-        self.health.call(set).await
-    }
-}
-
-/// Adds to `pipe` the write of `token`'s first response under `key`, replacing its claim.
-fn set_done(
-    pipe: &mut redis::Pipeline,
-    key: &str,
-    token: &Uuid,
-    response: &StoredResponse,
-    ttl: Duration,
-) {
-    let value = match serde_json::to_string(response) {
-        Ok(json) => format!("{DONE}{json}"),
-        Err(error) => {
-            // Never a `done:` without its response. Forgetting the token instead sends its
-            // replays to PostgreSQL, which committed the outcome with the order.
-            tracing::error!(%error, %token, "cannot cache a first response; forgetting the token");
-            pipe.cmd("DEL").arg(key).ignore();
-            return;
-        }
-    };
-    pipe.cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("PX")
-        .arg(ttl.as_millis() as u64)
-        .ignore();
 }
 
 /// The answers of per-group calls put back in the order of the keys the groups index.

@@ -13,13 +13,17 @@
 //! and retried again for up to `REDIS_CLUSTER_WAIT_MS`, so a failover shorter than that
 //! delays requests instead of failing them; only a call that outlasts it counts Redis down.
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use redis::TlsCertificates;
+use redis::aio::ConnectionManagerConfig;
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, TlsCertificates};
 
+use super::{Inner, RedisConnection};
 use crate::config;
 use crate::storage::tls::CaBundle;
 
@@ -29,6 +33,9 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
 /// Slots in a Redis Cluster.
 const SLOTS: u16 = 16_384;
+
+/// The longest pause between two tries of a call whose slot has no master (milliseconds).
+const RETRY_PAUSE_MAX_MS: u64 = 250;
 
 /// Where the cluster is and how long a call waits for one of its slots.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,16 +97,20 @@ impl RedisCluster {
         timeout: Duration,
         ca: Option<&CaBundle>,
     ) -> anyhow::Result<ClusterConnection> {
-        // Retries every 50–500 ms (jittered) until `wait` has passed: a killed master is
+        // Retries every 50–250 ms (jittered) until `wait` has passed: a killed master is
         // retried until a replica took its slots over, then the call is redirected there.
+        // The pause is flat (`factor × 1^retry`): redis-rs computes `factor × base^retry` in
+        // a u64, which with its default base of 2 overflows past about 60 retries (a panic
+        // in a debug build), and a wait of seconds takes more retries than that.
         let wait_ms = u64::try_from(self.wait.as_millis()).unwrap_or(u64::MAX);
         let mut builder = ClusterClientBuilder::new(self.seeds.iter().map(String::as_str))
             .connection_timeout(timeout)
             .response_timeout(timeout)
             .overall_response_timeout(Some(self.wait))
             .retries(u32::try_from(wait_ms / 50).unwrap_or(u32::MAX).max(1))
+            .retry_wait_formula(RETRY_PAUSE_MAX_MS, 1)
             .min_retry_wait(50)
-            .max_retry_wait(500);
+            .max_retry_wait(RETRY_PAUSE_MAX_MS);
         if let Some(ca) = ca {
             builder = builder.certs(TlsCertificates {
                 client_tls: None,
@@ -113,6 +124,50 @@ impl RedisCluster {
             .set_connection_timeout(timeout)
             .set_response_timeout(timeout);
         Ok(client.get_pending_async_connection_with_config(config))
+    }
+}
+
+/// A connection to the Redis Cluster `cluster` names, found lazily (the service starts while
+/// the cluster is down). `timeout` bounds each node's connect and reply; the cluster's own
+/// wait bounds a call with its retries (see [`RedisCluster`]).
+pub fn connect_cluster(
+    cluster: &RedisCluster,
+    timeout: Duration,
+    ca: Option<&CaBundle>,
+) -> anyhow::Result<RedisConnection> {
+    let connection = cluster.connect(timeout, ca)?;
+    Ok(RedisConnection {
+        inner: Arc::new(Inner {
+            primary: RwLock::new(None),
+            finder: None,
+            cluster: Some(connection),
+            config: ConnectionManagerConfig::new(),
+            db: 0,
+        }),
+    })
+}
+
+/// `CLUSTER INFO` to any one node, answered as a `PING` only while the cluster serves every
+/// slot (`cluster_state:ok`); otherwise an error reply, which says the cluster answers but
+/// cannot serve, so a health check leaves Redis as it was (up during a failover's seconds,
+/// down after a call outlasted the wait) and readiness names Redis. A `PING` to every node
+/// would fail during each failover, and one node's `PONG` says nothing of the others' slots.
+pub(super) async fn state(cluster: &ClusterConnection) -> RedisResult<String> {
+    let answer = cluster
+        .clone()
+        .route_command(
+            redis::cmd("CLUSTER").arg("INFO").to_owned(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await?;
+    let info: String = redis::from_redis_value(answer)?;
+    if info.lines().any(|line| line.trim() == "cluster_state:ok") {
+        Ok("PONG".to_owned())
+    } else {
+        Err(RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ClusterDown),
+            "the Redis Cluster does not serve every slot (cluster_state is not ok)",
+        )))
     }
 }
 

@@ -21,14 +21,15 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
+use redis::RedisResult;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::SentinelClient;
-use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use answers::primary_lost;
-pub use cluster::{DEFAULT_WAIT as DEFAULT_CLUSTER_WAIT, RedisCluster, key_prefix_from_env, slot};
+pub use cluster::{
+    DEFAULT_WAIT as DEFAULT_CLUSTER_WAIT, RedisCluster, connect_cluster, key_prefix_from_env, slot,
+};
 pub use sentinels::Sentinels;
 
 use crate::storage::tls::CaBundle;
@@ -104,26 +105,6 @@ fn client(url: &str, ca: Option<&CaBundle>) -> anyhow::Result<redis::Client> {
         None => redis::Client::open(url),
     }
     .with_context(|| format!("REDIS_URL {url:?} is not valid"))
-}
-
-/// A connection to the Redis Cluster `cluster` names, found lazily (the service starts while
-/// the cluster is down). `timeout` bounds each node's connect and reply; the cluster's own
-/// wait bounds a call with its retries (see [`RedisCluster`]).
-pub fn connect_cluster(
-    cluster: &RedisCluster,
-    timeout: Duration,
-    ca: Option<&CaBundle>,
-) -> anyhow::Result<RedisConnection> {
-    let connection = cluster.connect(timeout, ca)?;
-    Ok(RedisConnection {
-        inner: Arc::new(Inner {
-            primary: RwLock::new(None),
-            finder: None,
-            cluster: Some(connection),
-            config: ConnectionManagerConfig::new(),
-            db: 0,
-        }),
-    })
 }
 
 /// `PING`, for readiness checks.
@@ -221,32 +202,10 @@ impl RedisConnection {
         }
     }
 
-    /// `PING`. On a cluster, `CLUSTER INFO` to any one node, answered as a `PING` only while
-    /// the cluster serves every slot (`cluster_state:ok`); otherwise an error reply, which
-    /// says the cluster answers but cannot serve, so a health check leaves Redis as it was
-    /// (up during a failover's seconds, down after a call outlasted the wait) and readiness
-    /// names Redis. A `PING` to every node would fail during each failover, and one node's
-    /// `PONG` says nothing of the others' slots.
+    /// `PING`; on a cluster, [`cluster::state`]'s answer instead.
     pub async fn ping(&mut self) -> RedisResult<String> {
         match &self.inner.cluster {
-            Some(cluster) => {
-                let answer = cluster
-                    .clone()
-                    .route_command(
-                        redis::cmd("CLUSTER").arg("INFO").to_owned(),
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-                    )
-                    .await?;
-                let info: String = redis::from_redis_value(answer)?;
-                if info.lines().any(|line| line.trim() == "cluster_state:ok") {
-                    Ok("PONG".to_owned())
-                } else {
-                    Err(RedisError::from((
-                        ErrorKind::Server(ServerErrorKind::ClusterDown),
-                        "the Redis Cluster does not serve every slot (cluster_state is not ok)",
-                    )))
-                }
-            }
+            Some(cluster) => cluster::state(cluster).await,
             None => redis::cmd("PING").query_async::<String>(self).await,
         }
     }

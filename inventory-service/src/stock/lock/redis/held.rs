@@ -1,7 +1,7 @@
-//! [`RedisLocks`]: what a holder of Redis locks has, the watchdog that renews them, and the
-//! check before commit.
+//! [`RedisLocks`]: what a holder of Redis locks has, its watchdog ([`super::watchdog`]), and
+//! the check before commit.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,45 +12,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::super::Held;
 use super::lease::{Lease, release_all, release_in_background};
+use super::watchdog::{HeldState, renew_until_stopped};
 use super::{LockError, LockOptions};
-use crate::metrics;
-
-/// What the watchdog and the holder share.
-#[derive(Debug)]
-struct HeldState {
-    /// Cancelled when a lock is found lost.
-    lost: CancellationToken,
-    /// Until when every lock is known to be ours: the send time of the last confirmed
-    /// acquisition or renewal plus the TTL.
-    valid_until: Mutex<Instant>,
-    /// Set once the loss was counted, so it is counted once.
-    reported: AtomicBool,
-    /// The metrics' `backend` label: `redis` or `redis-cluster`.
-    backend: &'static str,
-}
-
-impl HeldState {
-    fn valid_until(&self) -> Instant {
-        *self
-            .valid_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn extend(&self, until: Instant) {
-        *self
-            .valid_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
-    }
-
-    fn mark_lost(&self) {
-        self.lost.cancel();
-        if !self.reported.swap(true, Ordering::Relaxed) {
-            metrics::lock_lost(self.backend);
-        }
-    }
-}
 
 /// Redis locks held by one holder (or, when bypassed, none), behind [`super::super::Locks`].
 /// Release them with [`RedisLocks::release`]; dropping them releases too, in the background.
@@ -253,61 +216,5 @@ impl Drop for RedisLocks {
         };
         let leases = std::mem::take(&mut self.leases);
         runtime.spawn(async move { release_all(&mut conn, &leases).await });
-    }
-}
-
-/// Renews every lease every `ttl / 3` until `stop`; marks the locks lost when a renewal finds
-/// a key gone or not ours, or when Redis stayed unreachable until the locks may have expired.
-async fn renew_until_stopped(
-    mut conn: RedisConnection,
-    leases: Vec<Lease>,
-    state: Arc<HeldState>,
-    ttl: Duration,
-    health: RedisHealth,
-    stop: CancellationToken,
-) {
-    let period = ttl / 3;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(period) => {}
-        }
-        let sent_at = Instant::now();
-        let mut confirmed = true;
-        for lease in &leases {
-            if health.is_down() {
-                // No use waiting for the timeout: the expiry check below decides.
-                confirmed = false;
-                break;
-            }
-            match lease.renew(&mut conn, ttl).await {
-                Ok(true) => metrics::lock_renewed(state.backend),
-                Ok(false) => {
-                    if !stop.is_cancelled() {
-                        tracing::warn!(
-                            key = lease.key(),
-                            "stock lock lost: its key is gone or held by another token"
-                        );
-                        state.mark_lost();
-                    }
-                    return;
-                }
-                Err(error) => {
-                    tracing::debug!(%error, key = lease.key(), "could not renew a stock lock; will retry");
-                    health.record_failure(&error);
-                    confirmed = false;
-                }
-            }
-        }
-        if stop.is_cancelled() {
-            return;
-        }
-        if confirmed {
-            state.extend(sent_at + ttl);
-        } else if Instant::now() >= state.valid_until() {
-            tracing::warn!("stock lock lost: Redis stayed unreachable until it may have expired");
-            state.mark_lost();
-            return;
-        }
     }
 }

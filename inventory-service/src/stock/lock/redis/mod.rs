@@ -53,6 +53,7 @@ mod batch;
 mod held;
 mod lease;
 mod local;
+mod watchdog;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -28,6 +28,8 @@
 //! stays down for a TTL before it comes back empty; otherwise two holders can overlap for up
 //! to a TTL. Stock stays correct regardless: the conditional update decides.
 
+mod batch;
+mod fanout;
 mod held;
 mod masters;
 mod scripts;
@@ -36,15 +38,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
-use futures_util::stream::FuturesUnordered;
 use platform::storage::redis::RedisConnection;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
-use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use self::fanout::Round;
 use self::held::RedlockHeld;
 use self::masters::Majority;
 use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
@@ -207,81 +207,6 @@ impl Redlock {
         }
     }
 
-    /// Takes, in one round, every product of `products` a majority of the masters can give;
-    /// frees the others everywhere and reports them busy.
-    pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
-        let keys = self.keys_of(products);
-        let token = Uuid::new_v4().to_string();
-        let ttl = self.inner.options.ttl;
-        let started = Instant::now();
-        let quorum = self.quorum();
-        let count = keys.len();
-        // Freed everywhere if this future is dropped before the keys are sorted out.
-        let mut round = Round {
-            lock: self,
-            keys: &keys,
-            token: &token,
-            armed: true,
-        };
-        // Done once every key is decided: taken by a majority, or past reaching one.
-        let answers = self
-            .ask(
-                |mut conn, keys, token| async move {
-                    scripts::take_each(&mut conn, &keys, &token, ttl).await
-                },
-                &keys,
-                &token,
-                |answers: &[redis::RedisResult<Vec<bool>>], pending| {
-                    // Whether a majority answers at all must be known too: fewer bypass.
-                    let ok = answers.iter().filter(|a| a.is_ok()).count();
-                    (ok >= quorum || ok + pending < quorum)
-                        && (0..count).all(|i| {
-                            let votes = answers
-                                .iter()
-                                .filter(|a| matches!(a, Ok(taken) if taken.get(i) == Some(&true)))
-                                .count();
-                            votes >= quorum || votes + pending < quorum
-                        })
-                },
-            )
-            .await;
-        let answered = answers.iter().filter(|a| a.is_ok()).count();
-        if answered < quorum {
-            drop(round);
-            return Partial {
-                locks: self.bypass(&answers),
-                busy: Vec::new(),
-            };
-        }
-        let votes = |i: usize| {
-            answers
-                .iter()
-                .filter(|a| matches!(a, Ok(taken) if taken.get(i) == Some(&true)))
-                .count()
-        };
-        let until = self.valid_until(started);
-        let (mut held, mut freed, mut busy) = (Vec::new(), Vec::new(), Vec::new());
-        let mut ids = products.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
-        round.armed = false;
-        drop(round);
-        for (i, (key, id)) in keys.into_iter().zip(ids).enumerate() {
-            if until.is_some() && votes(i) >= self.quorum() {
-                held.push(key);
-            } else {
-                freed.push(key);
-                busy.push(id);
-            }
-        }
-        self.release_everywhere(&freed, &token);
-        let locks = match until {
-            Some(until) if !held.is_empty() => self.held(held, token, until, started),
-            _ => Locks::new(RedlockHeld::nothing()),
-        };
-        Partial { locks, busy }
-    }
-
     fn held(&self, keys: Vec<String>, token: String, until: Instant, started: Instant) -> Locks {
         if self.inner.unreachable.swap(false, Ordering::Relaxed) {
             tracing::info!(
@@ -308,91 +233,6 @@ impl Redlock {
         }
         self.inner.counters.bypassed(true);
         Locks::new(RedlockHeld::bypassed())
-    }
-
-    /// Asks every master at once with `call` and collects the answers as they come, until
-    /// `done(answers, still pending)` or every master answered (or timed out, after
-    /// `REDIS_TIMEOUT_MS`). A call left pending may still run on its master: whatever it set
-    /// holds the caller's token, and is freed with the rest.
-    async fn ask<T, F, Fut>(
-        &self,
-        call: F,
-        keys: &[String],
-        token: &str,
-        done: impl Fn(&[redis::RedisResult<T>], usize) -> bool,
-    ) -> Vec<redis::RedisResult<T>>
-    where
-        F: Fn(RedisConnection, Vec<String>, String) -> Fut,
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        let mut pending: FuturesUnordered<Fut> = self
-            .inner
-            .masters
-            .iter()
-            .map(|master| call(master.clone(), keys.to_vec(), token.to_owned()))
-            .collect();
-        let mut answers = Vec::with_capacity(pending.len());
-        while let Some(answer) = pending.next().await {
-            answers.push(answer);
-            if done(&answers, pending.len()) {
-                break;
-            }
-        }
-        answers
-    }
-
-    /// Frees `keys` that hold `token` on every master, in the background: one task per
-    /// master, so a slow one holds nobody up, and one that does not answer lets them expire.
-    fn release_everywhere(&self, keys: &[String], token: &str) -> Vec<JoinHandle<bool>> {
-        if keys.is_empty() {
-            return Vec::new();
-        }
-        self.inner
-            .masters
-            .iter()
-            .map(|master| {
-                let (mut conn, keys, token) = (master.clone(), keys.to_vec(), token.to_owned());
-                tokio::spawn(async move {
-                    let released = scripts::release_all(&mut conn, &keys, &token).await;
-                    if let Err(error) = &released {
-                        tracing::debug!(%error, "could not free a Redlock key; it expires");
-                    }
-                    released.is_ok()
-                })
-            })
-            .collect()
-    }
-
-    /// [`Redlock::release_everywhere`], returning once a majority of the masters freed the
-    /// keys (or every master answered).
-    async fn release_on_majority(&self, keys: &[String], token: &str) {
-        let quorum = self.quorum();
-        let mut tasks: FuturesUnordered<_> =
-            self.release_everywhere(keys, token).into_iter().collect();
-        let mut freed = 0;
-        while let Some(done) = tasks.next().await {
-            freed += usize::from(matches!(done, Ok(true)));
-            if freed >= quorum {
-                return;
-            }
-        }
-    }
-}
-
-/// One round of [`Redlock::acquire_all`]: frees its keys everywhere when dropped while armed
-/// (a lost round, or the caller's future dropped mid-round).
-struct Round<'a> {
-    lock: &'a Redlock,
-    keys: &'a [String],
-    token: &'a str,
-    armed: bool,
-}
-
-impl Drop for Round<'_> {
-    fn drop(&mut self) {
-        if self.armed && tokio::runtime::Handle::try_current().is_ok() {
-            self.lock.release_everywhere(self.keys, self.token);
-        }
     }
 }
 
