@@ -14,6 +14,7 @@
 pub mod consumer;
 pub mod maintenance;
 pub mod relay;
+mod server;
 pub mod writer;
 
 use std::sync::Arc;

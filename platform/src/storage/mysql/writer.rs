@@ -31,71 +31,20 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnectionMetadata;
-use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
+use sqlx::{Connection, MySqlConnection, MySqlPool};
 use tokio::sync::Notify;
+
+use super::server::{ASK_TIMEOUT, ask};
+pub use super::server::{Server, identify, takes_writes};
 
 /// How often the watcher asks the chosen server whether it still takes writes: how long, at
 /// most, the pool keeps writing to a primary that was made read-only or went away before it
 /// looks for another.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// How long one server may take to connect and answer before it counts as down.
-const ASK_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// The least time between two rounds of asking every server: a pool whose new connections
 /// keep being refused (sqlx retries them within milliseconds) wakes the watcher each time.
 const ROUNDS_APART: Duration = Duration::from_millis(200);
-
-/// Whether the server at the other end of `conn` takes writes; one round trip.
-pub async fn takes_writes(conn: &mut MySqlConnection) -> sqlx::Result<bool> {
-    Ok(identify(conn).await?.0)
-}
-
-/// Which server a connection reached: what it says of itself. MariaDB has no
-/// `@@server_uuid`; `@@server_id` is unique among servers that replicate to each other (they
-/// refuse to start replicating otherwise), and with the host name and port it tells apart
-/// servers that do not replicate (as a test's, all `server_id` 1 on one host).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Server {
-    pub hostname: String,
-    pub port: i64,
-    pub server_id: i64,
-}
-
-/// Whether the server at the other end of `conn` takes writes, and which it is; one round
-/// trip.
-pub async fn identify(conn: &mut MySqlConnection) -> sqlx::Result<(bool, Server)> {
-    let (read_only, hostname, port, server_id): (i64, String, i64, i64) = sqlx::query_as(
-        "SELECT @@global.read_only, @@hostname, CAST(@@port AS SIGNED), \
-                CAST(@@server_id AS SIGNED)",
-    )
-    .fetch_one(conn)
-    .await?;
-    let server = Server {
-        hostname,
-        port,
-        server_id,
-    };
-    Ok((read_only == 0, server))
-}
-
-/// An answer of one server: whether it takes writes, which it is, and the connection asked.
-type Answer = (bool, Server, MySqlConnection);
-
-/// A connection to `options`, and whether its server takes writes, within [`ASK_TIMEOUT`];
-/// or why not.
-async fn ask(options: &MySqlConnectOptions) -> Result<Answer, String> {
-    let asked = async {
-        let mut conn = options.connect().await?;
-        let (writable, server) = identify(&mut conn).await?;
-        Ok::<_, sqlx::Error>((writable, server, conn))
-    };
-    match tokio::time::timeout(ASK_TIMEOUT, asked).await {
-        Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(error)) => Err(format!("{error:#}")),
-        Err(_) => Err(format!("no answer within {ASK_TIMEOUT:?}")),
-    }
-}
 
 /// Why no server was chosen: what each said, in the configured order.
 #[derive(Debug)]

@@ -29,9 +29,11 @@
 //! - **Unreachable**: without a live lease, or when a call fails, the holder gets locks that
 //!   hold nothing, as with one Redis down: the conditional update decides.
 
+mod batch;
 mod held;
 mod lease;
 mod members;
+mod release;
 mod sweep;
 mod txn;
 
@@ -39,7 +41,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Txn, TxnOp, TxnOpResponse};
+use etcd_client::Txn;
 use futures_util::future::BoxFuture;
 use shared::ids::ProductId;
 use shared::keys::RedisKeys;
@@ -49,6 +51,7 @@ use uuid::Uuid;
 use self::held::EtcdHeld;
 use self::lease::{Epoch, Keeping, Lease};
 use self::members::Members;
+use self::release::Attempt;
 use self::sweep::Tokens;
 use self::txn::{take, taken_whole};
 use super::{Counters, LockError, LockOptions, LockStats, Locks, Partial, StockLock};
@@ -211,64 +214,6 @@ impl EtcdLock {
         Ok(self.held(taken, token, epoch, started))
     }
 
-    /// Takes, without waiting, every free product of `products`; reports the busy ones.
-    pub async fn try_acquire_many(&self, products: &[ProductId]) -> Partial {
-        let ids = Self::ids_of(products);
-        let keys: Vec<String> = ids.iter().map(|id| self.key(*id)).collect();
-        let token = Uuid::new_v4().to_string();
-        let started = Instant::now();
-        let Some(epoch) = self.inner.lease.current() else {
-            return Partial {
-                locks: self.bypass(None),
-                busy: Vec::new(),
-            };
-        };
-        self.inner.tokens.begin(&token);
-        let attempt_guard = Attempt::new(self, &keys, &token);
-        let (mut taken, mut busy) = (Vec::new(), Vec::new());
-        for (chunk, chunk_ids) in keys
-            .chunks(MAX_KEYS_PER_NESTED_TXN)
-            .zip(ids.chunks(MAX_KEYS_PER_NESTED_TXN))
-        {
-            let each: Vec<TxnOp> = chunk
-                .iter()
-                .map(|key| TxnOp::txn(take(std::slice::from_ref(key), &token, epoch.id)))
-                .collect();
-            let answer = match self.call(Txn::new().and_then(each)).await {
-                Ok(answer) => answer,
-                Err(error) => {
-                    return Partial {
-                        locks: self.bypass(Some(error)),
-                        busy: Vec::new(),
-                    };
-                }
-            };
-            let revision = answer.header().map_or(0, |h| h.revision());
-            for ((key, id), nested) in chunk.iter().zip(chunk_ids).zip(answer.op_responses()) {
-                let mine = match &nested {
-                    TxnOpResponse::Txn(one) if one.succeeded() => Some(revision),
-                    TxnOpResponse::Txn(one) => {
-                        taken_whole(one, &token).and_then(|r| r.first().copied())
-                    }
-                    _ => None,
-                };
-                match mine {
-                    Some(revision) => taken.push((key.clone(), revision)),
-                    None => busy.push(*id),
-                }
-            }
-        }
-        attempt_guard.disarm();
-        let locks = if taken.is_empty() {
-            // Nothing to free; a late commit of a busy key's try is the sweep's.
-            self.inner.tokens.end(&token);
-            Locks::new(EtcdHeld::nothing())
-        } else {
-            self.held(taken, token, epoch, started)
-        };
-        Partial { locks, busy }
-    }
-
     fn held(
         &self,
         taken: Vec<(String, i64)>,
@@ -311,66 +256,6 @@ impl EtcdLock {
                 async move { client.txn(txn).await }
             })
             .await
-    }
-
-    /// Deletes each of `taken` that still holds `token`: one transaction per chunk, of one
-    /// nested transaction per key, so a key lost to another holder stays theirs. Then the
-    /// token is no longer wanted: a key it still holds (a failed delete, a late commit) is the
-    /// sweep's.
-    async fn release(&self, taken: &[(String, i64)], token: &str) {
-        for chunk in taken.chunks(MAX_KEYS_PER_NESTED_TXN) {
-            let each: Vec<TxnOp> = chunk
-                .iter()
-                .map(|(key, _)| TxnOp::txn(txn::delete_if(key.as_bytes(), token.as_bytes())))
-                .collect();
-            if let Err(error) = self.call(Txn::new().and_then(each)).await {
-                tracing::debug!(%error, "could not free etcd stock locks; the sweep will");
-            }
-        }
-        self.inner.tokens.end(token);
-    }
-
-    fn release_in_background(&self, taken: &[(String, i64)], token: &str) {
-        if taken.is_empty() || tokio::runtime::Handle::try_current().is_err() {
-            self.inner.tokens.end(token);
-            return;
-        }
-        let (lock, taken, token) = (self.clone(), taken.to_vec(), token.to_owned());
-        tokio::spawn(async move { lock.release(&taken, &token).await });
-    }
-}
-
-/// An acquisition under way: until disarmed, dropping it frees every one of its keys that
-/// holds its token, in the background.
-struct Attempt<'a> {
-    lock: &'a EtcdLock,
-    keys: &'a [String],
-    token: &'a str,
-    armed: bool,
-}
-
-impl<'a> Attempt<'a> {
-    fn new(lock: &'a EtcdLock, keys: &'a [String], token: &'a str) -> Self {
-        Self {
-            lock,
-            keys,
-            token,
-            armed: true,
-        }
-    }
-
-    /// The acquisition's keys are handed over (or none of its tries can have taken any).
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Attempt<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let keys: Vec<(String, i64)> = self.keys.iter().map(|key| (key.clone(), 0)).collect();
-            self.lock.release_in_background(&keys, self.token);
-        }
     }
 }
 
