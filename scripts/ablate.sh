@@ -10,7 +10,8 @@
 #
 # A mechanism with a setting that turns it off is measured with one build instead
 # (A_ENV="BATCH_LINGER_MS=0" scripts/compare-builds.sh DIR DIR): see docs/benchmarks/.
-# Builds go to ABLATION_BUILDS (default /var/tmp/ablation-builds/COMMIT-{with,without-NAME}),
+# Builds go to ABLATION_BUILDS (default /var/tmp/ablation-builds/COMMIT-with and
+# COMMIT-without-NAME-PATCHHASH),
 # compiled in ABLATION_TREE (default /var/tmp/ablation-tree, a worktree) with CARGO_TARGET_DIR
 # (default /var/tmp/release-target); ABLATION_COMMIT (default HEAD) is the commit measured. A
 # patch written against an older tree may no longer apply: it is the record of what a figure
@@ -31,14 +32,17 @@ patch="$PWD/scripts/ablations/$name.patch"
 commit="$(git rev-parse --short "${ABLATION_COMMIT:-HEAD}")"
 tree="${ABLATION_TREE:-/var/tmp/ablation-tree}"
 builds="${ABLATION_BUILDS:-/var/tmp/ablation-builds}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/release-target}"
+# Absolute: cargo runs in the worktree, the binaries are copied from here.
+export CARGO_TARGET_DIR="$(realpath -m "${CARGO_TARGET_DIR:-/var/tmp/release-target}")"
 export SQLX_OFFLINE=true
 
 if [ ! -e "$tree/.git" ]; then
+  git worktree prune
   git worktree add --detach "$tree" "$commit" >/dev/null
 fi
 
-# Builds the worktree at HEAD, with `$2` applied when given, into `$1` (kept between runs).
+# Builds the worktree at `$commit`, with the patch `$2` applied when given, into `$1` (kept
+# between runs: its name carries the commit and the patch's own hash).
 build() {
   local out="$1" with_patch="${2:-}"
   if [ -x "$out/order-service" ] && [ -x "$out/inventory-service" ]; then
@@ -47,19 +51,25 @@ build() {
   fi
   git -C "$tree" checkout --quiet --detach --force "$commit"
   git -C "$tree" reset --quiet --hard
+  git -C "$tree" clean -fdq
   if [ -n "$with_patch" ]; then
     git -C "$tree" apply "$with_patch" \
       || { echo "$with_patch no longer applies to $commit: rewrite it" >&2; exit 1; }
   fi
   echo "building $out"
   (cd "$tree" && cargo build --release --locked --quiet -p order-service -p inventory-service --bins)
-  mkdir -p "$out"
-  cp "$CARGO_TARGET_DIR/release/order-service" "$CARGO_TARGET_DIR/release/inventory-service" "$out/"
+  # Copied aside first: an interrupted copy never leaves a half binary to be reused.
+  rm -rf "$out.partial"
+  mkdir -p "$out.partial"
+  cp "$CARGO_TARGET_DIR/release/order-service" "$CARGO_TARGET_DIR/release/inventory-service" "$out.partial/"
+  rm -rf "$out"
+  mv "$out.partial" "$out"
   git -C "$tree" reset --quiet --hard
+  git -C "$tree" clean -fdq
 }
 
 with="$builds/$commit-with"
-without="$builds/$commit-without-$name"
+without="$builds/$commit-without-$name-$(git hash-object "$patch" | cut -c1-8)"
 build "$with"
 build "$without" "$patch"
 if "$build_only"; then

@@ -3,7 +3,7 @@
 //! seconds) and then fails; it never brings the connection down, which serves the slot again
 //! once the nodes are back.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use platform::storage::redis::connect_cluster;
 use redis::RedisResult;
@@ -31,8 +31,16 @@ async fn a_call_for_a_slot_no_node_serves_fails_after_the_wait_and_the_connectio
     for port in replicas.iter().chain([&master]) {
         cluster.kill(*port);
     }
+    let asked = Instant::now();
     let lost: RedisResult<Option<String>> = redis::cmd("GET").arg(key).query_async(&mut conn).await;
     assert!(lost.is_err(), "no node serves the slot: {lost:?}");
+    // The call was retried for the whole wait, not given up after its first tries (a lower
+    // bound: how much longer it took is the machine's business).
+    assert!(
+        asked.elapsed() >= wait - Duration::from_secs(1),
+        "given up after {:?}",
+        asked.elapsed()
+    );
 
     for port in replicas.iter().chain([&master]) {
         cluster.restart(*port);

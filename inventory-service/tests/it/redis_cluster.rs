@@ -104,11 +104,12 @@ async fn a_holder_stalled_past_its_ttl_on_a_redis_cluster_cannot_oversell() {
     );
     a_stalled_holder_cannot_oversell(&app, &stalling, &other_process).await;
 
-    // A lock held over two renewal periods (a third of the TTL each) is renewed on the
+    // A lock held past its TTL is still held only if its watchdog renewed it on the
     // cluster; the loss and the renewals are counted under the cluster's label.
-    let held = other_process.acquire(ProductId(2)).await.expect("a lock");
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    assert_eq!(held.ensure_held(), Ok(()));
+    let renewing = locker(&cluster, &prefix, options(1_500, true));
+    let held = renewing.acquire(ProductId(2)).await.expect("a lock");
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(held.ensure_held(), Ok(()), "renewed past its 1.5 s TTL");
     held.release().await;
     assert!(scrape_metric(&base, lost).await > lost_before, "{lost}");
     assert!(

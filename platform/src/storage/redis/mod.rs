@@ -202,7 +202,8 @@ impl RedisConnection {
         }
     }
 
-    /// `PING`; on a cluster, [`cluster::state`]'s answer instead.
+    /// `PING`. On a cluster, `CLUSTER INFO` to any one node instead, answered as a `PING` only
+    /// while the cluster serves every slot (`cluster_state:ok`), an error reply otherwise.
     pub async fn ping(&mut self) -> RedisResult<String> {
         match &self.inner.cluster {
             Some(cluster) => cluster::state(cluster).await,
