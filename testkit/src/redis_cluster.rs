@@ -45,20 +45,8 @@ impl PrivateRedisCluster {
             dir,
         };
         for _ in 0..6 {
-            let (port, bus) = (free_port(), free_port());
-            let child = cluster.spawn(port, bus);
-            cluster.nodes.push(Node {
-                port,
-                bus,
-                child: Some(child),
-            });
-        }
-        for node in &cluster.nodes {
-            eventually(PATIENCE, || async {
-                let pong: String = query(node.port, &redis::cmd("PING")).await?;
-                (pong == "PONG").then_some(())
-            })
-            .await;
+            let node = cluster.start_node().await;
+            cluster.nodes.push(node);
         }
         let addresses: Vec<String> = cluster
             .nodes
@@ -80,6 +68,36 @@ impl PrivateRedisCluster {
         );
         cluster.await_healthy().await;
         cluster
+    }
+
+    /// A node on free ports, answering as itself. A port handed out free can be bound by
+    /// another test's server before this node binds it: the node then exits (or another
+    /// server answers there), and it is started again on other ports.
+    async fn start_node(&self) -> Node {
+        for _ in 0..5 {
+            let (port, bus) = (free_port(), free_port());
+            let mut child = self.spawn(port, bus);
+            let dir = self.dir.join(port.to_string()).display().to_string();
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            while tokio::time::Instant::now() < deadline {
+                if child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                let answer: Option<Vec<String>> =
+                    query(port, redis::cmd("CONFIG").arg("GET").arg("dir")).await;
+                if answer.as_deref().and_then(|a| a.get(1)) == Some(&dir) {
+                    return Node {
+                        port,
+                        bus,
+                        child: Some(child),
+                    };
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("no redis-server came up as a cluster node on free ports in five tries");
     }
 
     fn spawn(&self, port: u16, bus: u16) -> Child {
